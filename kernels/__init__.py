@@ -1,0 +1,1 @@
+"""HieraSparse KV block format, reference attention and GPU kernels."""

@@ -1,0 +1,1 @@
+"""hs-prep: offline AoH head preparation of Hugging Face checkpoints."""

@@ -1,0 +1,1 @@
+"""SGLang extension serving AoH-prepared models with a HieraSparse KV cache."""
