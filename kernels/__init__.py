@@ -1,1 +1,56 @@
-"""HieraSparse KV block format, reference attention and GPU kernels."""
+"""HieraSparse KV block format, reference attention and GPU kernels.
+
+Pure PyTorch, device-agnostic; imports only torch. The block format is specified in
+``hs_kernels.format``; kernels/API.md lists the public API.
+"""
+
+from . import format
+from .attention import decode_attention, merge_attention, prefill_attention, streaming_attention
+from .compressed_kv import CompressedKV, compress_sequence, to_blocks
+from .compressor import compress_24, compress_blocks, decompress_24, decompress_blocks
+from .format import (
+    BLOCK_SIZE,
+    DEFAULT_SINK_TOKENS,
+    DEFAULT_WINDOW_TOKENS,
+    INDEX_DTYPE,
+    META_DTYPE,
+    NO_BLOCK,
+    encode_dense,
+    encode_sparse,
+    is_sparse,
+    new_index_map,
+    slot_of,
+)
+from .pool import BlockPool
+from .pruner import (
+    MaskProducer,
+    SparsityConfig,
+    block_loss,
+    element_mask,
+    eligible_blocks,
+    magnitude_mask,
+    prune_blocks,
+    select_sparse_blocks,
+)
+from .size_model import (
+    SizeBreakdown,
+    baseline_bytes,
+    compression_ratio,
+    decode_speedup,
+    measured_bytes,
+    measured_sparsity,
+    model_bytes,
+    prefill_speedup,
+)
+
+__all__ = [
+    "format", "BLOCK_SIZE", "DEFAULT_SINK_TOKENS", "DEFAULT_WINDOW_TOKENS", "INDEX_DTYPE", "META_DTYPE",
+    "NO_BLOCK", "encode_dense", "encode_sparse", "is_sparse", "new_index_map", "slot_of",
+    "compress_24", "decompress_24", "compress_blocks", "decompress_blocks",
+    "MaskProducer", "SparsityConfig", "magnitude_mask", "element_mask", "block_loss", "eligible_blocks",
+    "select_sparse_blocks", "prune_blocks",
+    "BlockPool", "CompressedKV", "compress_sequence", "to_blocks",
+    "decode_attention", "prefill_attention", "streaming_attention", "merge_attention",
+    "SizeBreakdown", "baseline_bytes", "model_bytes", "compression_ratio", "prefill_speedup",
+    "decode_speedup", "measured_bytes", "measured_sparsity",
+]
