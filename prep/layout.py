@@ -1,0 +1,51 @@
+"""Where each KV group goes: retrieval groups (lowest scores) first, balanced over tensor-parallel ranks."""
+import math
+from dataclasses import dataclass
+
+import torch
+
+from hs_prep.errors import PrepError
+
+
+@dataclass(frozen=True)
+class LayerLayout:
+    permutation: list[int]  # permutation[i] = original KV group now at position i
+    is_retrieval: list[bool]  # per position, after permutation
+
+    @property
+    def num_retrieval(self) -> int:
+        return sum(self.is_retrieval)
+
+
+def retrieval_count(num_groups: int, ratio: float, tp_size: int) -> int:
+    """k = ceil(ratio * G), raised to a multiple of tp_size so that every rank holds the same number."""
+    if not 0 < ratio <= 1:
+        raise PrepError(f"retrieval ratio must be in (0, 1], got {ratio}")
+    check_tp(num_groups, tp_size)
+    k = max(1, math.ceil(ratio * num_groups - 1e-9))
+    return math.ceil(k / tp_size) * tp_size
+
+
+def check_tp(num_groups: int, tp_size: int) -> None:
+    if tp_size < 1 or num_groups % tp_size:
+        raise PrepError(f"--tp-size {tp_size} does not divide the {num_groups} KV groups")
+
+
+def plan_layer(scores: torch.Tensor, num_retrieval: int, tp_size: int) -> LayerLayout:
+    """Deal the groups, in ascending score order, round-robin over the tp rank blocks.
+
+    SGLang gives rank r the contiguous KV groups [r*G/t, (r+1)*G/t). Dealing retrieval groups first and
+    then streaming groups gives every block num_retrieval/t retrieval groups, each block sorted
+    retrieval-first and by score inside each kind. Ties keep the original order.
+    """
+    num_groups = len(scores)
+    order = torch.argsort(scores, stable=True).tolist()
+    blocks: list[list[int]] = [[] for _ in range(tp_size)]
+    for rank_in_order, group in enumerate(order):
+        blocks[rank_in_order % tp_size].append(group)
+    per_block = num_retrieval // tp_size
+    permutation, is_retrieval = [], []
+    for block in blocks:
+        permutation += block
+        is_retrieval += [i < per_block for i in range(num_groups // tp_size)]
+    return LayerLayout(permutation, is_retrieval)

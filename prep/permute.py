@@ -1,0 +1,33 @@
+"""Reorder KV groups inside raw tensor bytes, so any dtype is permuted exactly and without conversion.
+
+q_proj rows hold each KV group's query heads contiguously (HF's repeat_kv convention: KV head g serves
+query heads g*r .. g*r+r-1), k_proj/v_proj rows hold one head per group, and o_proj columns follow
+q_proj rows. Moving whole group blocks therefore keeps the attention function unchanged.
+"""
+from typing import Callable
+
+
+def permute_rows(data: bytes, permutation: list[int]) -> bytes:
+    """Tensor whose leading dim splits into len(permutation) equal group blocks (q/k/v weights, biases)."""
+    chunk = len(data) // len(permutation)
+    view = memoryview(data)
+    return b"".join(view[g * chunk:(g + 1) * chunk] for g in permutation)
+
+
+def permute_columns(data: bytes, permutation: list[int], rows: int) -> bytes:
+    """[rows, G*c] tensor (o_proj weight): permute the G column blocks of every row."""
+    row_bytes = len(data) // rows
+    chunk = row_bytes // len(permutation)
+    view = memoryview(data)
+    return b"".join(
+        view[r * row_bytes + g * chunk:r * row_bytes + (g + 1) * chunk] for r in range(rows) for g in permutation
+    )
+
+
+def attention_edit(key: str, permutation: list[int], hidden_size: int) -> Callable[[bytes], bytes] | None:
+    """The byte transform for one attention tensor ("q_proj.weight", ...), or None if it needs none."""
+    if key == "o_proj.weight":
+        return lambda data: permute_columns(data, permutation, hidden_size)
+    if key == "o_proj.bias":
+        return None
+    return lambda data: permute_rows(data, permutation)
