@@ -33,7 +33,7 @@ def kept_positions(mask: torch.Tensor) -> torch.Tensor:
 
     Raises ValueError unless every group of 4 along the last dim has exactly 2 True entries.
     """
-    groups = mask.reshape(*mask.shape[:-1], -1, GROUP)
+    groups = mask.reshape(*mask.shape[:-1], mask.shape[-1] // GROUP, GROUP)
     counts = groups.sum(-1)
     if not bool((counts == KEEP).all()):
         raise ValueError("mask must keep exactly 2 of every 4 consecutive elements along the 2:4 axis")
@@ -45,7 +45,7 @@ def kept_positions(mask: torch.Tensor) -> torch.Tensor:
 def pack_meta(positions: torch.Tensor) -> torch.Tensor:
     """Pack in-group positions ``[..., R // 4, 2]`` into int16 metadata ``[..., R // 16]``."""
     nibbles = positions[..., 0] | (positions[..., 1] << 2)  # [..., R//4]
-    nibbles = nibbles.reshape(*nibbles.shape[:-1], -1, _NIBBLES_PER_META)
+    nibbles = nibbles.reshape(*nibbles.shape[:-1], nibbles.shape[-1] // _NIBBLES_PER_META, _NIBBLES_PER_META)
     words = (nibbles << _NIBBLE_SHIFTS.to(nibbles.device)).sum(-1)  # 0 .. 65535
     words = torch.where(words >= 2**15, words - 2**16, words)  # two's complement wrap
     return words.to(META_DTYPE)
@@ -55,7 +55,7 @@ def unpack_meta(meta: torch.Tensor) -> torch.Tensor:
     """Unpack int16 metadata ``[..., R // 16]`` into in-group positions ``[..., R // 4, 2]`` (int64)."""
     words = meta.long() & 0xFFFF
     nibbles = (words.unsqueeze(-1) >> _NIBBLE_SHIFTS.to(meta.device)) & 0xF  # [..., R//16, 4]
-    nibbles = nibbles.reshape(*meta.shape[:-1], -1)
+    nibbles = nibbles.reshape(*meta.shape[:-1], meta.shape[-1] * _NIBBLES_PER_META)
     return torch.stack((nibbles & 0x3, nibbles >> 2), dim=-1)
 
 
@@ -71,8 +71,8 @@ def compress_24(x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torc
     if x.dim() < 1 or x.shape[-1] % ELEMS_PER_META:
         raise ValueError(f"last dim of x must be a multiple of {ELEMS_PER_META}, got shape {list(x.shape)}")
     positions = kept_positions(mask)
-    groups = x.reshape(*x.shape[:-1], -1, GROUP)
-    values = torch.gather(groups, -1, positions).reshape(*x.shape[:-1], -1)
+    groups = x.reshape(*x.shape[:-1], x.shape[-1] // GROUP, GROUP)
+    values = torch.gather(groups, -1, positions).reshape(*x.shape[:-1], x.shape[-1] // 2)
     return values, pack_meta(positions)
 
 
@@ -85,7 +85,7 @@ def decompress_24(values: torch.Tensor, meta: torch.Tensor) -> torch.Tensor:
     positions = unpack_meta(meta)  # [..., R//4, 2]
     out = torch.zeros(*positions.shape[:-1], GROUP, dtype=values.dtype, device=values.device)
     out.scatter_(-1, positions, values.reshape(positions.shape))
-    return out.reshape(*values.shape[:-1], -1)
+    return out.reshape(*values.shape[:-1], values.shape[-1] * 2)
 
 
 def compress_blocks(blocks: torch.Tensor, mask: torch.Tensor, operand: str) -> tuple[torch.Tensor, torch.Tensor]:

@@ -75,7 +75,7 @@ def magnitude_mask(x: torch.Tensor) -> torch.Tensor:
     """
     if x.dim() < 1 or x.shape[-1] % GROUP:
         raise ValueError(f"last dim must be a multiple of {GROUP}, got shape {list(x.shape)}")
-    a = x.reshape(*x.shape[:-1], -1, GROUP).abs().float().nan_to_num(nan=float("inf"))
+    a = x.reshape(*x.shape[:-1], x.shape[-1] // GROUP, GROUP).abs().float().nan_to_num(nan=float("inf"))
     ai, aj = a.unsqueeze(-1), a.unsqueeze(-2)  # [..., 4, 1], [..., 1, 4]
     earlier = torch.ones(GROUP, GROUP, dtype=torch.bool, device=x.device).tril(-1)  # j < i
     beats = (aj > ai) | ((aj == ai) & earlier)  # element j ranks before element i
