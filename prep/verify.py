@@ -43,8 +43,10 @@ def check_permutations(original: Checkpoint, prepared_path: str, section: dict) 
 def compare_logits(original_path: str, prepared_path: str, dtype: torch.dtype, tokens: int, seed: int) -> dict:
     try:
         from transformers import AutoModelForCausalLM
+        from transformers.utils import logging as hf_logging
     except ImportError:
         raise PrepError("verify needs transformers (pip install 'hierasparse-serving[hf]')") from None
+    hf_logging.disable_progress_bar()
     models = [AutoModelForCausalLM.from_pretrained(p, dtype=dtype).eval() for p in (original_path, prepared_path)]
     vocab = models[0].config.vocab_size
     ids = torch.randint(0, vocab, (2, tokens), generator=torch.Generator().manual_seed(seed))

@@ -1,0 +1,49 @@
+import pytest
+import torch
+
+from hs_prep.errors import PrepError
+from hs_prep.layout import plan_layer, retrieval_count
+
+
+def test_retrieval_count_is_ceil_and_tp_multiple():
+    assert retrieval_count(8, 0.5, 1) == 4
+    assert retrieval_count(3, 0.5, 1) == 2
+    assert retrieval_count(10, 0.3, 1) == 3  # no float drift: 0.3 * 10 is 3.0000000000000004
+    assert retrieval_count(8, 0.25, 4) == 4  # 2 raised to one per rank
+    assert retrieval_count(8, 1.0, 2) == 8
+    for bad in (0.0, -0.1, 1.5):
+        with pytest.raises(PrepError, match=r"\(0, 1\]"):
+            retrieval_count(8, bad, 1)
+    with pytest.raises(PrepError, match="does not divide"):
+        retrieval_count(8, 0.5, 3)
+
+
+def test_single_rank_layout_sorts_ascending_retrieval_first():
+    scores = torch.tensor([5.0, 1.0, 4.0, 2.0])
+    layout = plan_layer(scores, 2, 1)
+    assert layout.permutation == [1, 3, 2, 0]
+    assert layout.is_retrieval == [True, True, False, False]
+
+
+@pytest.mark.parametrize("groups,tp,k", [(8, 2, 4), (8, 4, 4), (8, 2, 2), (16, 4, 8), (8, 8, 8)])
+def test_tp_layout_balances_every_rank(groups, tp, k):
+    scores = torch.randn(groups, generator=torch.Generator().manual_seed(groups * tp + k))
+    layout = plan_layer(scores, k, tp)
+    assert sorted(layout.permutation) == list(range(groups))
+    lowest = set(torch.argsort(scores)[:k].tolist())
+    per = groups // tp
+    for r in range(tp):
+        block = layout.permutation[r * per:(r + 1) * per]
+        flags = layout.is_retrieval[r * per:(r + 1) * per]
+        assert sum(flags) == k // tp
+        assert flags == sorted(flags, reverse=True)  # retrieval first inside the rank block
+        assert {g for g, f in zip(block, flags) if f} <= lowest
+    assert {g for g, f in zip(layout.permutation, layout.is_retrieval) if f} == lowest
+
+
+def test_single_rank_layout_would_unbalance_tp_ranks():
+    scores = torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0])
+    flags = plan_layer(scores, 4, 1).is_retrieval
+    assert [sum(flags[:4]), sum(flags[4:])] == [4, 0]
+    flags = plan_layer(scores, 4, 2).is_retrieval
+    assert [sum(flags[:4]), sum(flags[4:])] == [2, 2]
