@@ -21,7 +21,7 @@ import torch
 from .format import BLOCK_SIZE, INDEX_DTYPE, check_dtype, check_shape, check_value_dtype
 from .pool import BlockPool
 
-_TILE_ELEMS = 1 << 24  # scores held at once per query tile (float32): 64 MiB
+_TILE_ELEMS = 1 << 22  # scores held at once per query tile (float32): 16 MiB
 
 
 def decode_attention(q: torch.Tensor, k_pool: BlockPool, v_pool: BlockPool,
@@ -160,27 +160,32 @@ def merge_attention(out_a: torch.Tensor, lse_a: torch.Tensor, out_b: torch.Tenso
 def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor,
             scale: float) -> tuple[torch.Tensor, torch.Tensor]:
     """q ``[Bt, H_q, Tq, D]``, k/v ``[Bt, H_kv, Tk, D]``, allowed bool ``[Bt, Tq|1, Tk]`` ->
-    out ``[Bt, H_q, Tq, D]`` float32, lse ``[Bt, H_q, Tq]`` float32."""
+    out ``[Bt, H_q, Tq, D]`` float32, lse ``[Bt, H_q, Tq]`` float32.
+
+    Query tiles bound the score memory; each tile reads keys only up to the last one it may see
+    (so causal prefill does about half the work)."""
     bt, h_q, tq, d = q.shape
     h_kv, tk = k.shape[1], k.shape[2]
     g = h_q // h_kv
-    qf = q.float().reshape(bt, h_kv, g, tq, d)
-    kf, vf = k.float()[:, :, None], v.float()[:, :, None]  # [Bt, H_kv, 1, Tk, D]
-    mask = allowed[:, None, None]  # [Bt, 1, 1, Tq|1, Tk]
+    qf = (q.float() * scale).reshape(bt, h_kv, g, tq, d)
+    kf, vf = k.float(), v.float()  # [Bt, H_kv, Tk, D]
     tile = max(1, _TILE_ELEMS // max(1, bt * h_q * tk))
-    outs, lses = [], []
+    out = torch.empty(bt, h_kv, g, tq, d, dtype=torch.float32, device=q.device)
+    lse = torch.empty(bt, h_kv, g, tq, dtype=torch.float32, device=q.device)
     for start in range(0, tq, tile):
         stop = min(tq, start + tile)
-        s = torch.matmul(qf[:, :, :, start:stop], kf.transpose(-1, -2)) * scale
-        m = mask if mask.shape[-2] == 1 else mask[..., start:stop, :]
-        s = s.masked_fill(~m, float("-inf"))
-        lse = torch.logsumexp(s, dim=-1)
-        safe = torch.where(torch.isinf(lse), torch.zeros_like(lse), lse)
-        p = torch.exp(s - safe[..., None])
-        outs.append(torch.matmul(p, vf))
-        lses.append(lse)
-    out = torch.cat(outs, dim=-2).reshape(bt, h_q, tq, d)
-    return out, torch.cat(lses, dim=-1).reshape(bt, h_q, tq)
+        m = allowed if allowed.shape[1] == 1 else allowed[:, start:stop]
+        seen = torch.nonzero(m.any(dim=1).any(dim=0))
+        kend = int(seen.max()) + 1 if seen.numel() else 0
+        rows = qf[:, :, :, start:stop].reshape(bt, h_kv, g * (stop - start), d)  # GQA: one GEMM per KV head
+        s = torch.matmul(rows, kf[:, :, :kend].transpose(-1, -2)).view(bt, h_kv, g, stop - start, kend)
+        s.masked_fill_(~m[:, None, None, :, :kend], float("-inf"))
+        tile_lse = torch.logsumexp(s, dim=-1)
+        safe = torch.where(torch.isinf(tile_lse), torch.zeros_like(tile_lse), tile_lse)
+        p = s.sub_(safe[..., None]).exp_().view(bt, h_kv, g * (stop - start), kend)
+        out[:, :, :, start:stop] = torch.matmul(p, vf[:, :, :kend]).view(bt, h_kv, g, stop - start, d)
+        lse[:, :, :, start:stop] = tile_lse
+    return out.view(bt, h_q, tq, d), lse.view(bt, h_q, tq)
 
 
 def _scale(sm_scale: float | None, q: torch.Tensor) -> float:

@@ -25,38 +25,57 @@ from .format import (
 )
 
 _NIBBLES_PER_META = ELEMS_PER_META // GROUP
-_NIBBLE_SHIFTS = torch.arange(_NIBBLES_PER_META) * 4  # nibble j at bits 4j..4j+3
 
 
-def kept_positions(mask: torch.Tensor) -> torch.Tensor:
-    """In-group positions ``[..., R // 4, 2]`` (idx0 < idx1, int64) of a 2:4 mask ``[..., R]`` (last dim).
+def _lookup_tables() -> tuple[torch.Tensor, torch.Tensor]:
+    """code (bit i set = element i of the group kept) <-> nibble ``idx0 | idx1 << 2``; -1 / 0 if invalid."""
+    code_to_nibble = torch.full((16,), -1, dtype=torch.int64)
+    nibble_to_code = torch.zeros(16, dtype=torch.int64)
+    for idx0 in range(GROUP):
+        for idx1 in range(idx0 + 1, GROUP):
+            code, nibble = (1 << idx0) | (1 << idx1), idx0 | (idx1 << 2)
+            code_to_nibble[code] = nibble
+            nibble_to_code[nibble] = code
+    return code_to_nibble, nibble_to_code
+
+
+_CODE_TO_NIBBLE, _NIBBLE_TO_CODE = _lookup_tables()
+
+
+def mask_to_nibbles(mask: torch.Tensor) -> torch.Tensor:
+    """2:4 mask ``[..., R]`` (bool, along the last dim) -> nibbles ``idx0 | idx1 << 2``, ``[..., R // 4]`` int64.
 
     Raises ValueError unless every group of 4 along the last dim has exactly 2 True entries.
     """
-    groups = mask.reshape(*mask.shape[:-1], mask.shape[-1] // GROUP, GROUP)
-    counts = groups.sum(-1)
-    if not bool((counts == KEEP).all()):
+    u = mask.reshape(*mask.shape[:-1], mask.shape[-1] // GROUP, GROUP).to(torch.uint8)
+    code = u[..., 0] | (u[..., 1] << 1) | (u[..., 2] << 2) | (u[..., 3] << 3)
+    nibbles = _CODE_TO_NIBBLE.to(mask.device)[code.long()]
+    if nibbles.numel() and int(nibbles.min()) < 0:
         raise ValueError("mask must keep exactly 2 of every 4 consecutive elements along the 2:4 axis")
-    # positions of the kept entries, ascending: sort (not kept, position) and take the first two
-    order = torch.argsort((~groups).to(torch.int8), dim=-1, stable=True)
-    return order[..., :KEEP]
+    return nibbles
 
 
-def pack_meta(positions: torch.Tensor) -> torch.Tensor:
-    """Pack in-group positions ``[..., R // 4, 2]`` into int16 metadata ``[..., R // 16]``."""
-    nibbles = positions[..., 0] | (positions[..., 1] << 2)  # [..., R//4]
-    nibbles = nibbles.reshape(*nibbles.shape[:-1], nibbles.shape[-1] // _NIBBLES_PER_META, _NIBBLES_PER_META)
-    words = (nibbles << _NIBBLE_SHIFTS.to(nibbles.device)).sum(-1)  # 0 .. 65535
-    words = torch.where(words >= 2**15, words - 2**16, words)  # two's complement wrap
-    return words.to(META_DTYPE)
+def nibbles_to_mask(nibbles: torch.Tensor) -> torch.Tensor:
+    """Inverse of ``mask_to_nibbles``: ``[..., G]`` nibbles -> bool ``[..., 4 G]``; ValueError if idx0 >= idx1."""
+    code = _NIBBLE_TO_CODE.to(nibbles.device)[nibbles.long()]
+    if code.numel() and int(code.min()) == 0:
+        raise ValueError("corrupt 2:4 metadata: a nibble has idx0 >= idx1")
+    bits = (code.unsqueeze(-1) >> torch.arange(GROUP, device=code.device)) & 1
+    return bits.bool().reshape(*nibbles.shape[:-1], nibbles.shape[-1] * GROUP)
 
 
-def unpack_meta(meta: torch.Tensor) -> torch.Tensor:
-    """Unpack int16 metadata ``[..., R // 16]`` into in-group positions ``[..., R // 4, 2]`` (int64)."""
+def pack_nibbles(nibbles: torch.Tensor) -> torch.Tensor:
+    """Nibbles ``[..., R // 4]`` -> int16 metadata ``[..., R // 16]``: nibble j of a word at bits 4j..4j+3."""
+    n = nibbles.reshape(*nibbles.shape[:-1], nibbles.shape[-1] // _NIBBLES_PER_META, _NIBBLES_PER_META).int()
+    words = n[..., 0] | (n[..., 1] << 4) | (n[..., 2] << 8) | (n[..., 3] << 12)  # 0 .. 65535
+    return torch.where(words >= 2**15, words - 2**16, words).to(META_DTYPE)  # two's complement wrap
+
+
+def unpack_nibbles(meta: torch.Tensor) -> torch.Tensor:
+    """Int16 metadata ``[..., R // 16]`` -> nibbles ``[..., R // 4]`` (int64)."""
     words = meta.long() & 0xFFFF
-    nibbles = (words.unsqueeze(-1) >> _NIBBLE_SHIFTS.to(meta.device)) & 0xF  # [..., R//16, 4]
-    nibbles = nibbles.reshape(*meta.shape[:-1], meta.shape[-1] * _NIBBLES_PER_META)
-    return torch.stack((nibbles & 0x3, nibbles >> 2), dim=-1)
+    nibbles = (words.unsqueeze(-1) >> (torch.arange(_NIBBLES_PER_META, device=meta.device) * 4)) & 0xF
+    return nibbles.reshape(*meta.shape[:-1], meta.shape[-1] * _NIBBLES_PER_META)
 
 
 def compress_24(x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -70,10 +89,10 @@ def compress_24(x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torc
         raise ValueError(f"mask shape {list(mask.shape)} must equal x shape {list(x.shape)}")
     if x.dim() < 1 or x.shape[-1] % ELEMS_PER_META:
         raise ValueError(f"last dim of x must be a multiple of {ELEMS_PER_META}, got shape {list(x.shape)}")
-    positions = kept_positions(mask)
-    groups = x.reshape(*x.shape[:-1], x.shape[-1] // GROUP, GROUP)
-    values = torch.gather(groups, -1, positions).reshape(*x.shape[:-1], x.shape[-1] // 2)
-    return values, pack_meta(positions)
+    meta = pack_nibbles(mask_to_nibbles(mask))
+    # kept elements in row-major order = (group, idx0), (group, idx1), ...: exactly the values layout
+    values = torch.masked_select(x, mask).reshape(*x.shape[:-1], x.shape[-1] // KEEP)
+    return values, meta
 
 
 def decompress_24(values: torch.Tensor, meta: torch.Tensor) -> torch.Tensor:
@@ -82,10 +101,9 @@ def decompress_24(values: torch.Tensor, meta: torch.Tensor) -> torch.Tensor:
     check_dtype(meta, META_DTYPE, "meta")
     if values.shape[:-1] != meta.shape[:-1] or values.shape[-1] != meta.shape[-1] * (ELEMS_PER_META // KEEP):
         raise ValueError(f"values {list(values.shape)} and meta {list(meta.shape)} do not describe the same 2:4 rows")
-    positions = unpack_meta(meta)  # [..., R//4, 2]
-    out = torch.zeros(*positions.shape[:-1], GROUP, dtype=values.dtype, device=values.device)
-    out.scatter_(-1, positions, values.reshape(positions.shape))
-    return out.reshape(*values.shape[:-1], values.shape[-1] * 2)
+    mask = nibbles_to_mask(unpack_nibbles(meta))
+    out = torch.zeros(mask.shape, dtype=values.dtype, device=values.device)
+    return out.masked_scatter_(mask, values)
 
 
 def compress_blocks(blocks: torch.Tensor, mask: torch.Tensor, operand: str) -> tuple[torch.Tensor, torch.Tensor]:

@@ -75,11 +75,16 @@ def magnitude_mask(x: torch.Tensor) -> torch.Tensor:
     """
     if x.dim() < 1 or x.shape[-1] % GROUP:
         raise ValueError(f"last dim must be a multiple of {GROUP}, got shape {list(x.shape)}")
-    a = x.reshape(*x.shape[:-1], x.shape[-1] // GROUP, GROUP).abs().float().nan_to_num(nan=float("inf"))
-    ai, aj = a.unsqueeze(-1), a.unsqueeze(-2)  # [..., 4, 1], [..., 1, 4]
-    earlier = torch.ones(GROUP, GROUP, dtype=torch.bool, device=x.device).tril(-1)  # j < i
-    beats = (aj > ai) | ((aj == ai) & earlier)  # element j ranks before element i
-    rank = beats.sum(-1)
+    a = x.reshape(*x.shape[:-1], x.shape[-1] // GROUP, GROUP).abs().nan_to_num(nan=float("inf"))
+    a0, a1, a2, a3 = a.unbind(-1)
+    # i beats j (i < j) when |x_i| >= |x_j|: ties go to the lower index; rank = number of elements beating it
+    b01, b02, b03, b12, b13, b23 = a0 >= a1, a0 >= a2, a0 >= a3, a1 >= a2, a1 >= a3, a2 >= a3
+    rank = torch.stack((
+        3 - (b01.byte() + b02.byte() + b03.byte()),
+        b01.byte() + 2 - (b12.byte() + b13.byte()),
+        b02.byte() + b12.byte() + 1 - b23.byte(),
+        b03.byte() + b13.byte() + b23.byte(),
+    ), dim=-1)
     return (rank < KEEP).reshape(x.shape)
 
 

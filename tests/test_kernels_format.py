@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import hs_kernels as hk
-from hs_kernels.compressor import compress_24, decompress_24, pack_meta, unpack_meta
+from hs_kernels.compressor import compress_24, decompress_24, pack_nibbles, unpack_nibbles
 from hs_kernels.format import sparse_shapes
 
 DTYPES = [torch.float16, torch.bfloat16, torch.float32]
@@ -47,8 +47,9 @@ def test_metadata_matches_independent_bitwise_encoder():
         for m in range(8):
             word = sum(NIBBLE[pairs[int(choice[r, 4 * m + j])]] << (4 * j) for j in range(4))
             assert int(meta[r, m]) == _as_signed16(word)
-    assert torch.equal(unpack_meta(meta), torch.tensor([[pairs[int(c)] for c in row] for row in choice]).view(3, 32, 2))
-    assert torch.equal(pack_meta(unpack_meta(meta)), meta)
+    nibbles = unpack_nibbles(meta)
+    assert torch.equal(torch.stack((nibbles & 3, nibbles >> 2), -1), torch.tensor([[pairs[int(c)] for c in row] for row in choice]))
+    assert torch.equal(pack_nibbles(nibbles), meta)
 
 
 def test_v_metadata_runs_along_tokens():
@@ -123,6 +124,8 @@ def test_pool_store_gather_round_trip(dtype):
         assert torch.equal(got[2:], torch.where(mask[2:], blocks[2:], torch.zeros((), dtype=dtype)))
 
 
-def test_decompress_24_rejects_mismatched_rows():
-    with pytest.raises(ValueError):
+def test_decompress_24_rejects_mismatched_rows_and_corrupt_metadata():
+    with pytest.raises(ValueError, match="same 2:4 rows"):
         decompress_24(torch.zeros(3, 8), torch.zeros(3, 2, dtype=torch.int16))
+    with pytest.raises(ValueError, match="corrupt"):
+        decompress_24(torch.zeros(1, 8), torch.zeros(1, 1, dtype=torch.int16))  # nibble 0: idx0 == idx1 == 0
