@@ -1,0 +1,172 @@
+"""HSAttnBackend: SGLang attention backend "hs" on top of the hs_kernels reference.
+
+Per layer, the KV groups split (from the prepared checkpoint) into
+  * retrieval groups: the full context as HieraSparse blocks. Cached blocks are read as stored
+    (dense or 2:4 compressed, per the decode sparsity, through the index maps); the chunk being
+    prefilled is seen through the prefill sparsity (its eligible blocks pruned 2:4 in flight).
+  * streaming groups: sink + recent window only (hs_kernels.streaming_attention).
+Query heads follow their KV group (GQA). The two halves write disjoint query heads.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from hs_kernels import (
+    BLOCK_SIZE,
+    block_loss,
+    decode_attention,
+    element_mask,
+    prefill_attention,
+    select_sparse_blocks,
+    streaming_attention,
+    to_blocks,
+)
+from sglang.srt.layers.attention.base_attn_backend import AttentionBackend
+
+from .kv_pool import HSKVPool, LayerStore
+from .settings import HSSettings
+
+
+class HSAttnBackend(AttentionBackend):
+    def __init__(self, model_runner):
+        super().__init__()
+        self.device = model_runner.device
+        self.req_to_token_pool = model_runner.req_to_token_pool
+        self.pool: HSKVPool = model_runner.token_to_kv_pool
+        if not isinstance(self.pool, HSKVPool):
+            raise RuntimeError("attention backend 'hs' needs the hs KV pool; start through sglang_hs (plugin not loaded in this process?)")
+        self.settings: HSSettings = self.pool.settings
+        self._heads = {}
+
+    def init_forward_metadata(self, forward_batch):
+        """Before a decode step: a sequence whose last page just filled compresses what left its window."""
+        if not forward_batch.forward_mode.is_decode():
+            return
+        seq_lens = forward_batch.seq_lens_cpu.tolist()
+        rows = forward_batch.req_pool_indices.tolist()
+        for row, n in zip(rows, seq_lens):
+            done = n - 1  # tokens stored before this step's token
+            if done >= BLOCK_SIZE and done % BLOCK_SIZE == 0:
+                locs = self.req_to_token_pool.req_to_token[row, :done].long()
+                self.pool.compress_sequence(locs, done)
+
+    # ---- helpers ----
+
+    def _query_heads(self, layer, store: LayerStore):
+        """Query-head indices of the retrieval and streaming groups of ``layer``."""
+        key = layer.layer_id
+        if key not in self._heads:
+            gs = layer.tp_q_head_num // layer.tp_k_head_num
+            heads = lambda groups: (groups[:, None] * gs + torch.arange(gs)).reshape(-1)  # noqa: E731
+            self._heads[key] = (heads(store.retrieval), heads(store.streaming))
+        return self._heads[key]
+
+    @staticmethod
+    def _check_layer(layer):
+        if layer.is_cross_attention or getattr(layer, "logit_cap", 0) or (layer.sliding_window_size or -1) > -1:
+            raise ValueError("attention backend 'hs' supports plain causal self-attention only (no cross attention, logit cap or sliding window)")
+        if layer.qk_head_dim != layer.v_head_dim:
+            raise ValueError("attention backend 'hs' needs equal K and V head dims")
+
+    def _save(self, layer, forward_batch, k, v, save_kv_cache):
+        if save_kv_cache and k is not None and v is not None:
+            d = layer.qk_head_dim
+            self.pool.layer(layer.layer_id).write(forward_batch.out_cache_loc, k.view(-1, layer.tp_k_head_num, d), v.view(-1, layer.tp_k_head_num, d))
+
+    def _prune_chunk(self, x: torch.Tensor, op: str, prefix_len: int, seq_len: int) -> torch.Tensor:
+        """The chunk's own K or V ``[t, n_r, D]`` as prefill attention sees it (prefill sparsity)."""
+        cfg = self.settings.prefill
+        s = cfg.sparsity(op)
+        if s == 0.0 or seq_len < BLOCK_SIZE:
+            return x
+        full = x.new_zeros(seq_len, *x.shape[1:])
+        full[prefix_len:] = x
+        blocks = to_blocks(full)  # [n_r, nb, 64, D]
+        mask = element_mask(blocks, op)
+        new = torch.arange(blocks.shape[1]) * BLOCK_SIZE >= prefix_len  # blocks wholly in this chunk
+        loss = torch.where(new, block_loss(blocks, mask), torch.full((), math.inf))
+        sparse = select_sparse_blocks(loss, seq_len, s, cfg.sink_tokens, cfg.window_tokens) & new
+        blocks = torch.where(sparse[..., None, None] & ~mask, torch.zeros((), dtype=x.dtype), blocks)
+        return blocks.permute(1, 2, 0, 3).reshape(-1, *x.shape[1:])[prefix_len:seq_len]
+
+    def _stream_keys(self, store: LayerStore, locs: torch.Tensor, first_q: int, seq_len: int):
+        """Streaming K/V/positions a query block starting at ``first_q`` may need: sink + window."""
+        sink = min(self.settings.sink_tokens, seq_len)
+        start = max(sink, first_q - self.settings.window_tokens + 1)
+        pos = torch.cat((torch.arange(sink), torch.arange(start, seq_len)))
+        return store.stream_k[locs[pos]], store.stream_v[locs[pos]], pos
+
+    # ---- forward ----
+
+    def forward_extend(self, q, k, v, layer, forward_batch, save_kv_cache=True, **kwargs):
+        self._check_layer(layer)
+        self._save(layer, forward_batch, k, v, save_kv_cache)
+        d = layer.qk_head_dim
+        store = self.pool.layer(layer.layer_id)
+        q_ = q.view(-1, layer.tp_q_head_num, d)
+        k_ = k.view(-1, layer.tp_k_head_num, d)
+        v_ = v.view(-1, layer.tp_k_head_num, d)
+        o = torch.empty_like(q_)
+        heads_r, heads_s = self._query_heads(layer, store)
+        req_to_token = self.req_to_token_pool.req_to_token
+        prefix_lens = forward_batch.extend_prefix_lens_cpu
+        extend_lens = forward_batch.extend_seq_lens_cpu
+        start = 0
+        for i in range(len(extend_lens)):
+            p, t = int(prefix_lens[i]), int(extend_lens[i])
+            n = p + t
+            locs = req_to_token[forward_batch.req_pool_indices[i], :n].long()
+            qi, ki, vi = q_[start:start + t], k_[start:start + t], v_[start:start + t]
+            if store.n_r:
+                nbp = -(-p // BLOCK_SIZE)
+                pages = locs[:nbp * BLOCK_SIZE:BLOCK_SIZE] // BLOCK_SIZE
+                k_idx = store.index["k"][pages].t().contiguous()
+                v_idx = store.index["v"][pages].t().contiguous()
+                kc = self._prune_chunk(ki[:, store.retrieval], "k", p, n)
+                vc = self._prune_chunk(vi[:, store.retrieval], "v", p, n)
+                out, _ = prefill_attention(qi[:, heads_r], kc, vc, store.pools["k"], store.pools["v"],
+                                           k_idx, v_idx, p, layer.scaling)
+                o[start:start + t, heads_r] = out
+            if store.n_s:
+                ks, vs, kpos = self._stream_keys(store, locs, p, n)
+                qpos = torch.arange(p, n)
+                out, _ = streaming_attention(qi[None, :, heads_s], qpos[None], ks[None].to(q.dtype), vs[None].to(q.dtype),
+                                             kpos[None], self.settings.sink_tokens, self.settings.window_tokens, layer.scaling)
+                o[start:start + t, heads_s] = out[0]
+            start += t
+        return o.view(-1, layer.tp_q_head_num * d)
+
+    def forward_decode(self, q, k, v, layer, forward_batch, save_kv_cache=True, **kwargs):
+        self._check_layer(layer)
+        self._save(layer, forward_batch, k, v, save_kv_cache)
+        d = layer.qk_head_dim
+        store = self.pool.layer(layer.layer_id)
+        q_ = q.reshape(-1, layer.tp_q_head_num, d)
+        o = torch.empty_like(q_)
+        heads_r, heads_s = self._query_heads(layer, store)
+        req_to_token = self.req_to_token_pool.req_to_token
+        seq_lens = forward_batch.seq_lens_cpu.long()
+        rows = forward_batch.req_pool_indices.long()
+        if store.n_r:
+            max_blocks = -(-int(seq_lens.max()) // BLOCK_SIZE)
+            pages = req_to_token[rows, :max_blocks * BLOCK_SIZE:BLOCK_SIZE].long() // BLOCK_SIZE
+            pages = pages.clamp_(0, self.pool.num_pages - 1)  # rows past a sequence's end are not read
+            k_idx = store.index["k"][pages].permute(0, 2, 1).contiguous()
+            v_idx = store.index["v"][pages].permute(0, 2, 1).contiguous()
+            out, _ = decode_attention(q_[:, heads_r], store.pools["k"], store.pools["v"], k_idx, v_idx, seq_lens, layer.scaling)
+            o[:, heads_r] = out
+        if store.n_s:
+            for b in range(len(seq_lens)):
+                n = int(seq_lens[b])
+                locs = req_to_token[rows[b], :n].long()
+                ks, vs, kpos = self._stream_keys(store, locs, n - 1, n)
+                out, _ = streaming_attention(q_[b:b + 1, None, heads_s], torch.tensor([[n - 1]]), ks[None].to(q.dtype),
+                                             vs[None].to(q.dtype), kpos[None], self.settings.sink_tokens,
+                                             self.settings.window_tokens, layer.scaling)
+                o[b, heads_s] = out[0, 0]
+        return o.view(-1, layer.tp_q_head_num * d)
+
+    def support_triton(self):
+        return False

@@ -1,0 +1,175 @@
+"""The SGLang plugin (entry point group ``sglang.srt.plugins``, name ``hs``): ``register()``.
+
+Uses only SGLang's extension points: the attention backend registry and its CLI choices, the
+radix-cache backend registry, and HookRegistry hooks on the KV pool / allocator builders, the
+pool sizing (bytes per token) and ServerArgs validation. Everything is inert unless
+``--attention-backend hs`` is selected.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from .settings import HSConfigError, HSSettings, resolve
+
+logger = logging.getLogger("sglang_hs")
+
+BACKEND = "hs"
+_registered = False
+_settings: HSSettings | None = None
+
+
+def is_registered() -> bool:
+    return _registered
+
+
+def settings_for(server_args, tp_size: int = 1, tp_rank: int = 0) -> HSSettings:
+    """This process's HSSettings (resolved once)."""
+    global _settings
+    if _settings is None:
+        _settings = resolve(server_args.model_path, page_size=server_args.page_size, tp_size=tp_size, tp_rank=tp_rank)
+    return _settings
+
+
+def _active(server_args) -> bool:
+    return getattr(server_args, "attention_backend", None) == BACKEND
+
+
+# ---- hooks ----
+
+def _check_server_args(result, self, *args, **kwargs):
+    """After ServerArgs.__post_init__: refuse what the hs backend cannot serve, fill its defaults."""
+    if not _active(self):
+        return
+    for name in ("prefill_attention_backend", "decode_attention_backend"):
+        if getattr(self, name, None) not in (None, BACKEND):
+            raise HSConfigError(f"--{name.replace('_', '-')} {getattr(self, name)} cannot be mixed with --attention-backend hs")
+    if getattr(self, "speculative_algorithm", None):
+        raise HSConfigError("speculative decoding is not supported with --attention-backend hs")
+    if getattr(self, "enable_hierarchical_cache", False):
+        raise HSConfigError("--enable-hierarchical-cache is not supported with --attention-backend hs")
+    if getattr(self, "enable_mixed_chunk", False):
+        raise HSConfigError("--enable-mixed-chunk is not supported with --attention-backend hs")
+    if self.radix_cache_backend != BACKEND:
+        raise HSConfigError(f"--radix-cache-backend {self.radix_cache_backend} cannot be used with --attention-backend hs (it needs 'hs')")
+    resolve(self.model_path, page_size=self.page_size, tp_size=self.tp_size)  # raises HSConfigError
+
+
+def _fill_server_args(self, *args, **kwargs):
+    """Before ServerArgs.__post_init__ (fields still writable): hs needs its radix cache."""
+    if _active(self) and self.radix_cache_backend is None:
+        self.radix_cache_backend = BACKEND
+
+
+def _build_pool(original, self, *, sizes, **kwargs):
+    if not _active(self.server_args):
+        return original(self, sizes=sizes, **kwargs)
+    from sglang.srt.runtime_context import get_parallel
+
+    from .kv_pool import HSKVPool
+
+    par = get_parallel()
+    settings = settings_for(self.server_args, par.attn_tp_size, par.attn_tp_rank)
+    return HSKVPool(
+        sizes.max_total_num_tokens,
+        page_size=self.pool_page_size,
+        dtype=self.kv_cache_dtype,
+        head_num=self.model_config.get_num_kv_heads(par.attn_tp_size),
+        head_dim=self.model_config.head_dim,
+        layer_num=self.layer_info.num_effective_layers,
+        device=self.device,
+        settings=settings,
+        start_layer=self.layer_info.start_layer,
+        end_layer=self.layer_info.end_layer,
+    )
+
+
+def _build_allocator(original, self, *, sizes, token_to_kv_pool, token_to_kv_pool_allocator=None, **kwargs):
+    if not _active(self.server_args) or token_to_kv_pool_allocator is not None:
+        return original(self, sizes=sizes, token_to_kv_pool=token_to_kv_pool,
+                        token_to_kv_pool_allocator=token_to_kv_pool_allocator, **kwargs)
+    from .allocator import HSTokenAllocator
+
+    return HSTokenAllocator(sizes.max_total_num_tokens, page_size=self.pool_page_size, dtype=self.kv_cache_dtype,
+                            device=self.device, kvcache=token_to_kv_pool, need_sort=False)
+
+
+def _cell_size(original, self, kvc, num_layers):
+    if not _active(kvc.server_args):
+        return original(self, kvc, num_layers)
+    import torch
+    from sglang.srt.runtime_context import get_parallel
+
+    from .kv_pool import bytes_per_token
+
+    par = get_parallel()
+    settings = settings_for(kvc.server_args, par.attn_tp_size, par.attn_tp_rank)
+    layers = settings.layers[kvc.layer_info.start_layer:kvc.layer_info.end_layer]
+    value_bytes = torch._utils._element_size(kvc.kv_cache_dtype)
+    return int(round(bytes_per_token(settings, kvc.model_config.head_dim, value_bytes, layers)))
+
+
+def _support_triton(original, backend):
+    """SGLang picks Triton helpers unless the backend is on its hard-coded torch list; hs is torch."""
+    return False if backend == BACKEND else original(backend)
+
+
+def _get_last_loc(original, req_to_token, req_pool_indices, prefix_lens):
+    from sglang.srt.mem_cache.allocation import get_last_loc_torch
+    from sglang.srt.runtime_context import get_exec
+
+    if get_exec().kernel.attention_backend == BACKEND:
+        return get_last_loc_torch(req_to_token, req_pool_indices, prefix_lens)
+    return original(req_to_token, req_pool_indices, prefix_lens)
+
+
+# ---- registries ----
+
+def _create_backend(runner):
+    from .backend import HSAttnBackend
+
+    return HSAttnBackend(runner)
+
+
+def _create_radix_cache(ctx):
+    from .radix_cache import HSRadixCache
+    from .stats import HSStats
+
+    pool = ctx.params.token_to_kv_pool_allocator.get_kvcache()
+    if ctx.disable_radix_cache:
+        ctx.params.disable = True
+    return HSRadixCache(ctx.params, pool, HSStats())
+
+
+def register() -> None:
+    """Entry point: make 'hs' selectable as attention backend and radix cache. Idempotent."""
+    global _registered
+    if _registered:
+        return
+    from sglang.srt.layers.attention.attention_registry import ATTENTION_BACKENDS, register_attention_backend
+    from sglang.srt.mem_cache.registry import get_radix_cache_factory, register_radix_cache_backend
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+    from sglang.srt.server_args import ATTENTION_BACKEND_CHOICES, add_attention_backend_choices
+
+    from .stats import ENV_STATS_FILE, stats_file
+
+    if BACKEND not in ATTENTION_BACKEND_CHOICES:
+        add_attention_backend_choices([BACKEND])
+    if BACKEND not in ATTENTION_BACKENDS:
+        register_attention_backend(BACKEND)(_create_backend)
+    if get_radix_cache_factory(BACKEND) is None:
+        register_radix_cache_backend(BACKEND, _create_radix_cache)
+    cfg = "sglang.srt.mem_cache.kv_cache_configurator.KVCacheConfigurator"
+    HookRegistry.register(f"{cfg}._build_token_to_kv_pool", _build_pool, HookType.AROUND)
+    HookRegistry.register(f"{cfg}._build_token_to_kv_pool_allocator", _build_allocator, HookType.AROUND)
+    HookRegistry.register("sglang.srt.model_executor.pool_configurator.DefaultPoolConfigurator._compute_cell_size",
+                          _cell_size, HookType.AROUND)
+    HookRegistry.register("sglang.srt.utils.common.support_triton", _support_triton, HookType.AROUND)
+    HookRegistry.register("sglang.srt.mem_cache.allocation.get_last_loc", _get_last_loc, HookType.AROUND)
+    HookRegistry.register("sglang.srt.server_args.ServerArgs.__post_init__", _fill_server_args, HookType.BEFORE)
+    HookRegistry.register("sglang.srt.server_args.ServerArgs.__post_init__", _check_server_args, HookType.AFTER)
+    # one stats file per server, shared by its processes (children inherit the environment)
+    os.environ.setdefault(ENV_STATS_FILE, stats_file())
+    _registered = True
+    logger.info("sglang_hs plugin registered (attention backend, radix cache and KV pool 'hs')")

@@ -1,0 +1,58 @@
+"""HSRadixCache: SGLang's radix cache whose cached pages are HieraSparse blocks.
+
+Before a request's pages enter the tree (after each prefill chunk and when it finishes), its
+blocks that have left the dense sink/window are compressed in place per the decode sparsity
+(dense slots -> 2:4 sparse slots, the page id and its tree position unchanged). A later request
+that matches the prefix gets those same pages: the backend reads them through the index maps,
+so nothing is recomputed or decompressed into the pool. Eviction goes through the allocator,
+which returns every slot a page holds. Sink blocks are never compressed, and (radix trees evict
+leaves first) a prefix's first pages are the last of it to go.
+"""
+
+from __future__ import annotations
+
+from sglang.srt.mem_cache.radix_cache import RadixCache
+
+from .stats import HSStats
+
+
+class HSRadixCache(RadixCache):
+    def __init__(self, params, pool, stats: HSStats):
+        self.pool = pool
+        self.stats = stats
+        self._internal_match = False
+        super().__init__(params)
+        if self.token_to_kv_pool_allocator is not None:
+            self.token_to_kv_pool_allocator.tree_cache = self
+        stats.attach(pool, self)
+
+    def _compress(self, req, num_tokens: int):
+        locs = self.req_to_token_pool.req_to_token[req.req_pool_idx, :num_tokens].long()
+        self.stats.blocks_compressed += self.pool.compress_sequence(locs, num_tokens)
+
+    def match_prefix(self, params):
+        result = super().match_prefix(params)
+        if not self._internal_match:
+            self.stats.on_match(len(params.key), len(result.device_indices))
+        return result
+
+    def cache_unfinished_req(self, req, chunked=False):
+        if not self.disable:
+            self._compress(req, len(req.get_fill_ids()))
+        self._internal_match = True
+        try:
+            super().cache_unfinished_req(req, chunked=chunked)
+        finally:
+            self._internal_match = False
+        self.stats.maybe_publish()
+
+    def cache_finished_req(self, req, is_insert: bool = True, *, kv_len_to_handle: int):
+        if not self.disable and is_insert and not self.disable_finished_insert:
+            self._compress(req, kv_len_to_handle)
+        super().cache_finished_req(req, is_insert, kv_len_to_handle=kv_len_to_handle)
+        self.stats.maybe_publish(force=True)
+
+    def reset(self):
+        super().reset()
+        if hasattr(self, "stats"):
+            self.stats.maybe_publish(force=True)

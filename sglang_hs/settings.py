@@ -1,0 +1,198 @@
+"""HSSettings: everything the hs extension needs to know, resolved once per process.
+
+Sources, later wins: the model family's recipe (recipes/<family>.json), then the --hs-* flags
+(carried to SGLang's worker processes in the SGLANG_HS_ARGS environment variable as JSON). The
+per-layer retrieval/streaming split comes only from the prepared checkpoint's config.json.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hs_kernels import BLOCK_SIZE, SparsityConfig
+
+ENV_ARGS = "SGLANG_HS_ARGS"
+RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
+PREPARE_HINT = "prepare it first: hs-prep convert MODEL --output DIR, then serve DIR"
+
+
+class HSConfigError(ValueError):
+    """A one-line, user-facing configuration error."""
+
+
+@dataclass(frozen=True)
+class LayerGroups:
+    """One layer's KV groups on this tensor-parallel rank (local indices, prepared order)."""
+
+    retrieval: tuple[int, ...]
+    streaming: tuple[int, ...]
+
+
+@dataclass
+class HSSettings:
+    prefill: SparsityConfig
+    decode: SparsityConfig
+    sink_tokens: int
+    window_tokens: int
+    dense_reserve: float
+    recipe: str
+    layers: list[LayerGroups] = field(default_factory=list)
+    num_kv_heads: int = 0
+
+    def groups(self, layer_id: int) -> LayerGroups:
+        return self.layers[layer_id]
+
+    def summary(self) -> dict:
+        n_r = sum(len(g.retrieval) for g in self.layers)
+        n = sum(len(g.retrieval) + len(g.streaming) for g in self.layers)
+        return {
+            "recipe": self.recipe,
+            "prefill": {"s_k": self.prefill.s_k, "s_v": self.prefill.s_v},
+            "decode": {"s_k": self.decode.s_k, "s_v": self.decode.s_v},
+            "sink_tokens": self.sink_tokens,
+            "window_tokens": self.window_tokens,
+            "retrieval_fraction": n_r / n if n else 0.0,
+        }
+
+
+# ---- flags ----
+
+FLAGS = {
+    # flag: (key, type, help)
+    "--hs-prefill-sk": ("prefill_sk", float, "block sparsity of K during prefill, in [0, 1]"),
+    "--hs-prefill-sv": ("prefill_sv", float, "block sparsity of V during prefill, in [0, 1]"),
+    "--hs-decode-sk": ("decode_sk", float, "block sparsity of K in the cache (decode), in [0, 1]"),
+    "--hs-decode-sv": ("decode_sv", float, "block sparsity of V in the cache (decode), in [0, 1]"),
+    "--hs-sink-tokens": ("sink_tokens", int, "dense sink tokens (streaming groups see only sink + window)"),
+    "--hs-window-tokens": ("window_tokens", int, "dense recent-window tokens"),
+    "--hs-dense-reserve": ("dense_reserve", float, "extra dense block capacity, fraction of the pool (windows, sinks, blocks awaiting compression)"),
+    "--hs-recipe": ("recipe", str, "recipe name in recipes/ or a path to a recipe JSON (default: by model type)"),
+}
+
+
+def split_hs_flags(argv: list[str]) -> tuple[dict, list[str]]:
+    """Take the --hs-* flags out of argv; return (hs args dict, remaining argv)."""
+    hs, rest, i = {}, [], 0
+    while i < len(argv):
+        arg = argv[i]
+        name, eq, value = arg.partition("=")
+        if name.startswith("--hs-"):
+            if name not in FLAGS:
+                raise HSConfigError(f"unknown flag {name}; known: {', '.join(FLAGS)}")
+            if not eq:
+                if i + 1 >= len(argv):
+                    raise HSConfigError(f"{name} needs a value")
+                value, i = argv[i + 1], i + 1
+            key, typ, _ = FLAGS[name]
+            try:
+                hs[key] = typ(value)
+            except ValueError:
+                raise HSConfigError(f"{name} must be {typ.__name__}, got {value!r}") from None
+        else:
+            rest.append(arg)
+        i += 1
+    return hs, rest
+
+
+def hs_args_from_env() -> dict:
+    raw = os.environ.get(ENV_ARGS)
+    return json.loads(raw) if raw else {}
+
+
+# ---- recipes ----
+
+def load_recipe(model_type: str, name: str | None = None) -> tuple[str, dict]:
+    if name:
+        path = Path(name) if name.endswith(".json") else RECIPES_DIR / f"{name}.json"
+        if not path.is_file():
+            raise HSConfigError(f"recipe {name!r} not found (looked for {path})")
+        return path.stem, json.loads(path.read_text())
+    for path in sorted(RECIPES_DIR.glob("*.json")):
+        recipe = json.loads(path.read_text())
+        if model_type in recipe.get("model_types", []):
+            return path.stem, recipe
+    return "builtin", {"prefill": {"s_k": 0.0, "s_v": 1.0}, "decode": {"s_k": 1.0, "s_v": 1.0},
+                       "sink_tokens": 128, "window_tokens": 256}
+
+
+# ---- the prepared checkpoint ----
+
+def read_hierasparse(model_path: str) -> dict:
+    """config.json["hierasparse"] of a prepared checkpoint; HSConfigError if absent."""
+    config_path = Path(model_path) / "config.json"
+    if not config_path.is_file():
+        raise HSConfigError(f"{model_path} has no config.json (the hs backend needs a local prepared checkpoint; {PREPARE_HINT})")
+    config = json.loads(config_path.read_text())
+    section = config.get("hierasparse")
+    if not isinstance(section, dict):
+        raise HSConfigError(f"{model_path} is not a prepared checkpoint (config.json has no 'hierasparse' section); {PREPARE_HINT}")
+    if section.get("format_version") != 1:
+        raise HSConfigError(f"{model_path}: hierasparse format_version {section.get('format_version')!r} is not supported (need 1); re-run hs-prep convert")
+    return {"config": config, "section": section}
+
+
+def layer_groups(section: dict, num_layers: int, tp_size: int, tp_rank: int) -> list[LayerGroups]:
+    """Per layer, the retrieval and streaming KV groups of this rank's contiguous block of heads."""
+    layers = section.get("layers")
+    g = section.get("num_key_value_heads")
+    if not isinstance(layers, list) or len(layers) != num_layers:
+        raise HSConfigError(f"hierasparse section lists {len(layers) if isinstance(layers, list) else 'no'} layers, model has {num_layers}; re-run hs-prep convert")
+    if not isinstance(g, int) or g < 1 or g % tp_size:
+        raise HSConfigError(f"hierasparse num_key_value_heads={g!r} must be a positive multiple of --tp-size {tp_size}")
+    prepared_tp = section.get("tp_size", 1)
+    if prepared_tp != tp_size:
+        raise HSConfigError(f"checkpoint was balanced for tp_size={prepared_tp}, server uses --tp-size {tp_size}; re-run hs-prep convert with the serving tp size")
+    per_rank = g // tp_size
+    out = []
+    for i, layer in enumerate(layers):
+        flags = layer.get("is_retrieval")
+        if not isinstance(flags, list) or len(flags) != g:
+            raise HSConfigError(f"hierasparse layer {i}: is_retrieval must list {g} booleans")
+        local = flags[tp_rank * per_rank:(tp_rank + 1) * per_rank]
+        out.append(LayerGroups(tuple(j for j, r in enumerate(local) if r), tuple(j for j, r in enumerate(local) if not r)))
+    return out
+
+
+# ---- resolution ----
+
+def resolve(model_path: str, hs_args: dict | None = None, page_size: int | None = BLOCK_SIZE,
+            tp_size: int = 1, tp_rank: int = 0) -> HSSettings:
+    """Check the checkpoint, recipe and flags; HSConfigError (one line) on anything wrong."""
+    if page_size != BLOCK_SIZE:
+        raise HSConfigError(f"the hs backend needs --page-size {BLOCK_SIZE} (one page = one HieraSparse block), got {page_size}")
+    hs_args = dict(hs_args if hs_args is not None else hs_args_from_env())
+    prepared = read_hierasparse(model_path)
+    config, section = prepared["config"], prepared["section"]
+    text_config = config.get("text_config", config)
+    num_layers = text_config.get("num_hidden_layers")
+    name, recipe = load_recipe(text_config.get("model_type", ""), hs_args.get("recipe"))
+
+    def pick(key, recipe_value):
+        return hs_args.get(key, recipe_value)
+
+    try:
+        prefill = SparsityConfig(float(pick("prefill_sk", recipe["prefill"]["s_k"])), float(pick("prefill_sv", recipe["prefill"]["s_v"])))
+        decode = SparsityConfig(float(pick("decode_sk", recipe["decode"]["s_k"])), float(pick("decode_sv", recipe["decode"]["s_v"])))
+    except ValueError as e:
+        raise HSConfigError(f"sparsity out of range: {e} (--hs-*-sk/--hs-*-sv take values in [0, 1])") from None
+    sink = int(pick("sink_tokens", recipe.get("sink_tokens", 128)))
+    window = int(pick("window_tokens", recipe.get("window_tokens", 256)))
+    reserve = float(pick("dense_reserve", 0.25))
+    if sink < 0 or window < 1:
+        raise HSConfigError(f"--hs-sink-tokens must be >= 0 and --hs-window-tokens >= 1, got {sink}, {window}")
+    if not 0.0 <= reserve <= 1.0:
+        raise HSConfigError(f"--hs-dense-reserve must be in [0, 1], got {reserve}")
+    with_window = lambda c: SparsityConfig(c.s_k, c.s_v, sink, window)  # noqa: E731
+    return HSSettings(
+        prefill=with_window(prefill),
+        decode=with_window(decode),
+        sink_tokens=sink,
+        window_tokens=window,
+        dense_reserve=reserve,
+        recipe=name,
+        layers=layer_groups(section, num_layers, tp_size, tp_rank),
+        num_kv_heads=section["num_key_value_heads"] // tp_size,
+    )

@@ -1,0 +1,115 @@
+"""HSStats: compressed vs dense bytes, blocks by kind, prefix hits, pool slot accounting.
+
+Kept in the scheduler process (which owns the pool and the radix cache), logged, and published as
+JSON to a file that the HTTP server's GET /hs/stats reads (the two live in different processes).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+import time
+
+import torch
+from hs_kernels import NO_BLOCK, is_sparse
+
+logger = logging.getLogger("sglang_hs")
+
+ENV_STATS_FILE = "SGLANG_HS_STATS_FILE"
+
+
+def stats_file() -> str:
+    return os.environ.get(ENV_STATS_FILE) or os.path.join(tempfile.gettempdir(), f"sglang_hs_stats_{os.getpid()}.json")
+
+
+class HSStats:
+    def __init__(self, path: str | None = None, log_interval_s: float = 30.0):
+        self.path = path or stats_file()
+        self.log_interval_s = log_interval_s
+        self.pool = self.cache = None
+        self.prefix_queries = self.prefix_query_tokens = self.prefix_hit_tokens = 0
+        self.blocks_compressed = 0
+        self._last_log = 0.0
+
+    def attach(self, pool, cache):
+        self.pool, self.cache = pool, cache
+
+    def on_match(self, query_tokens: int, hit_tokens: int):
+        self.prefix_queries += 1
+        self.prefix_query_tokens += query_tokens
+        self.prefix_hit_tokens += hit_tokens
+
+    def snapshot(self) -> dict:
+        out = {
+            "prefix_queries": self.prefix_queries,
+            "prefix_query_tokens": self.prefix_query_tokens,
+            "prefix_hit_tokens": self.prefix_hit_tokens,
+            "blocks_compressed": self.blocks_compressed,
+        }
+        if self.pool is not None:
+            counts = self.pool.block_counts()
+            out.update(counts)
+            dense_equiv = (counts["dense_blocks"] + counts["sparse_blocks"]) and self._dense_block_bytes()
+            stored = counts["dense_bytes"] + counts["sparse_bytes"]
+            out["retrieval_dense_equivalent_bytes"] = (counts["dense_blocks"] + counts["sparse_blocks"]) * dense_equiv
+            out["compression_ratio"] = out["retrieval_dense_equivalent_bytes"] / stored if stored else 1.0
+            out["pool_bytes"] = self.pool.get_kv_size_bytes()
+            out["pages_in_use"] = self.pages_in_use()
+            out["settings"] = self.pool.settings.summary()
+        if self.cache is not None:
+            out["tree_tokens"] = self.cache.total_size()
+            out["evictable_tokens"] = self.cache.evictable_size()
+        return out
+
+    def _dense_block_bytes(self) -> int:
+        for layer in self.pool.layers:
+            if layer.n_r:
+                return layer.pools["k"].dense[0:1].nbytes
+        return 0
+
+    def pages_in_use(self) -> int:
+        """Pages holding blocks (page 0, SGLang's padding page, excluded)."""
+        for layer in self.pool.layers:
+            if layer.n_r:
+                return int((layer.index["k"][1:, 0] != NO_BLOCK).sum())
+        return -1
+
+    def check_slots(self) -> list[str]:
+        """Slot accounting problems (empty when every used slot is referenced exactly once)."""
+        problems = []
+        for i, layer in enumerate(self.pool.layers):
+            for op in ("k", "v"):
+                entries = layer.index[op].reshape(-1)
+                entries = entries[entries != NO_BLOCK]
+                sparse = is_sparse(entries)
+                for kind, sel, stack in (("dense", ~sparse, layer.dense_free[op]), ("sparse", sparse, layer.sparse_free[op])):
+                    referenced = entries[sel]
+                    if referenced.numel() != stack.used:
+                        problems.append(f"layer {i} {op} {kind}: {referenced.numel()} referenced, {stack.used} used")
+                    if torch.unique(referenced).numel() != referenced.numel():
+                        problems.append(f"layer {i} {op} {kind}: a slot is referenced twice")
+        return problems
+
+    def maybe_publish(self, force: bool = False):
+        now = time.monotonic()
+        if not force and now - self._last_log < 1.0:
+            return
+        snap = self.snapshot()
+        tmp = f"{self.path}.tmp{os.getpid()}"
+        with open(tmp, "w") as f:
+            json.dump(snap, f)
+        os.replace(tmp, self.path)
+        if now - self._last_log >= self.log_interval_s or force:
+            logger.info("hs stats: %s", {k: v for k, v in snap.items() if k != "settings"})
+        self._last_log = now
+
+
+def read_published(path: str | None = None) -> dict:
+    path = path or stats_file()
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return {"error": "no hs stats published yet"}
