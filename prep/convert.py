@@ -3,6 +3,7 @@ import json
 import math
 import os
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import torch
@@ -126,6 +127,10 @@ def convert(source: Source, output: str, options: ConvertOptions) -> dict:
     with atomic_directory(output, options.overwrite) as out_dir:
         rankings = rank_layers(ckpt, options)
         section = hierasparse_section(ckpt, source, options, rankings)
-        write_prepared(ckpt, out_dir, section)
-        write_report(section, ckpt.geometry, os.path.join(out_dir, REPORT_JSON), os.path.join(out_dir, REPORT_PNG))
+        # The report renders while the shards stream (the copies release the GIL).
+        with ThreadPoolExecutor(1) as pool:
+            report = pool.submit(write_report, section, ckpt.geometry, os.path.join(out_dir, REPORT_JSON),
+                                 os.path.join(out_dir, REPORT_PNG))
+            write_prepared(ckpt, out_dir, section)
+            report.result()
     return section

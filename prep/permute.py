@@ -6,22 +6,17 @@ q_proj rows. Moving whole group blocks therefore keeps the attention function un
 """
 from typing import Callable
 
+import numpy as np
+
 
 def permute_rows(data: bytes, permutation: list[int]) -> bytes:
     """Tensor whose leading dim splits into len(permutation) equal group blocks (q/k/v weights, biases)."""
-    chunk = len(data) // len(permutation)
-    view = memoryview(data)
-    return b"".join(view[g * chunk:(g + 1) * chunk] for g in permutation)
+    return np.frombuffer(data, np.uint8).reshape(len(permutation), -1)[permutation].tobytes()
 
 
 def permute_columns(data: bytes, permutation: list[int], rows: int) -> bytes:
     """[rows, G*c] tensor (o_proj weight): permute the G column blocks of every row."""
-    row_bytes = len(data) // rows
-    chunk = row_bytes // len(permutation)
-    view = memoryview(data)
-    return b"".join(
-        view[r * row_bytes + g * chunk:r * row_bytes + (g + 1) * chunk] for r in range(rows) for g in permutation
-    )
+    return np.frombuffer(data, np.uint8).reshape(rows, len(permutation), -1)[:, permutation].tobytes()
 
 
 def attention_edit(key: str, permutation: list[int], hidden_size: int) -> Callable[[bytes], bytes] | None:

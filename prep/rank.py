@@ -13,11 +13,11 @@ from hs_prep.architecture import AttentionGeometry
 AGGREGATES = {"mean": lambda x: x.mean(-1), "min": lambda x: x.amin(-1), "max": lambda x: x.amax(-1)}
 
 
-def per_head_projections(q_weight: torch.Tensor, k_weight: torch.Tensor, geo: AttentionGeometry):
-    """Split q_proj [H*d, D] and k_proj [G*d, D] into per-query-head [H, d, D] float64 blocks."""
+def gram_matrices(q_weight: torch.Tensor, k_weight: torch.Tensor, geo: AttentionGeometry):
+    """W W^T per query head [H, d, d] and per KV group [G, d, d], in float64."""
     wq = q_weight.to(torch.float64).reshape(geo.num_heads, geo.head_dim, -1)
     wk = k_weight.to(torch.float64).reshape(geo.num_kv_heads, geo.head_dim, -1)
-    return wq, wk.repeat_interleave(geo.heads_per_group, dim=0)
+    return wq @ wq.transpose(-1, -2), wk @ wk.transpose(-1, -2)
 
 
 def _sqrt_psd(gram: torch.Tensor) -> torch.Tensor:
@@ -25,9 +25,9 @@ def _sqrt_psd(gram: torch.Tensor) -> torch.Tensor:
     return (evecs * evals.clamp_min(0).sqrt().unsqueeze(-2)) @ evecs.transpose(-1, -2)
 
 
-def kernel_singular_values(gram_q: torch.Tensor, gram_k: torch.Tensor) -> torch.Tensor:
-    """Singular values of M_h from the Gram matrices [..., d, d]; descending, float64."""
-    root_k = _sqrt_psd(gram_k)
+def kernel_singular_values(gram_q: torch.Tensor, gram_k: torch.Tensor, geo: AttentionGeometry) -> torch.Tensor:
+    """Singular values of every head's M_h from Gram matrices [..., H, d, d] and [..., G, d, d]; descending."""
+    root_k = _sqrt_psd(gram_k).repeat_interleave(geo.heads_per_group, dim=-3)
     sym = root_k @ gram_q @ root_k
     evals = torch.linalg.eigvalsh((sym + sym.transpose(-1, -2)) / 2)
     return evals.clamp_min(0).sqrt().flip(-1)
@@ -44,9 +44,8 @@ def effective_rank(singular_values: torch.Tensor) -> torch.Tensor:
 
 def head_effective_ranks(q_weight, k_weight, geo: AttentionGeometry) -> torch.Tensor:
     """Vanilla AoH score of every query head of one layer: [H] float64."""
-    wq, wk = per_head_projections(q_weight, k_weight, geo)
-    gram_q, gram_k = wq @ wq.transpose(-1, -2), wk @ wk.transpose(-1, -2)
-    return effective_rank(kernel_singular_values(gram_q, gram_k))
+    gram_q, gram_k = gram_matrices(q_weight, k_weight, geo)
+    return effective_rank(kernel_singular_values(gram_q, gram_k, geo))
 
 
 def rope_inv_freq(geo: AttentionGeometry) -> torch.Tensor:
@@ -88,11 +87,10 @@ def log_spaced_distances(max_distance: int, count: int = 16) -> torch.Tensor:
 
 def rope_aware_head_effective_ranks(q_weight, k_weight, geo: AttentionGeometry, max_distance: int) -> torch.Tensor:
     """Paper eq. 9: mean over log-spaced Delta <= max_distance of ER((R G_Q R^T) G_K): [H] float64."""
-    wq, wk = per_head_projections(q_weight, k_weight, geo)
-    gram_q, gram_k = wq @ wq.transpose(-1, -2), wk @ wk.transpose(-1, -2)
+    gram_q, gram_k = gram_matrices(q_weight, k_weight, geo)
     rot = rope_rotations(geo, log_spaced_distances(max_distance))[:, None]  # [n, 1, d, d]
     rotated_q = rot @ gram_q[None] @ rot.transpose(-1, -2)
-    return effective_rank(kernel_singular_values(rotated_q, gram_k[None].expand_as(rotated_q))).mean(0)
+    return effective_rank(kernel_singular_values(rotated_q, gram_k[None], geo)).mean(0)
 
 
 def group_scores(head_ranks: torch.Tensor, geo: AttentionGeometry, aggregate: str) -> torch.Tensor:

@@ -49,16 +49,14 @@ def write_report(section: dict, geo: AttentionGeometry, json_path: str, png_path
 
 
 def write_heatmap(section: dict, geo: AttentionGeometry, png_path: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure  # the object API: no global pyplot state, safe off the main thread
     from matplotlib.patches import Rectangle
 
     ranks = [layer["head_effective_rank"] for layer in section["layers"]]
     fig_w = max(4.0, 0.35 * geo.num_heads + 2)
     fig_h = max(3.0, 0.22 * geo.num_layers + 1.5)
-    fig, ax = plt.subplots(figsize=(fig_w, fig_h), dpi=100)
+    fig = Figure(figsize=(fig_w, fig_h), dpi=100)
+    ax = fig.add_subplot()
     image = ax.imshow(ranks, aspect="auto", cmap="viridis", interpolation="nearest")
     r = geo.heads_per_group
     for index, layer in enumerate(section["layers"]):
@@ -71,4 +69,3 @@ def write_heatmap(section: dict, geo: AttentionGeometry, png_path: str) -> None:
     fig.colorbar(image, ax=ax, label="effective rank")
     fig.tight_layout()
     fig.savefig(png_path)
-    plt.close(fig)
