@@ -194,14 +194,17 @@ class HSKVPool(KVCache):
     # ---- accounting (stats) ----
 
     def block_counts(self) -> dict:
-        """Used blocks (slots) and their bytes, over all layers, retrieval groups only."""
-        out = {"dense_blocks": 0, "sparse_blocks": 0, "dense_bytes": 0, "sparse_bytes": 0}
+        """Used blocks (slots) and their bytes, over all layers, retrieval groups only (padding page 0 excluded)."""
+        out = {"dense_blocks": 0, "sparse_blocks": 0, "dense_bytes": 0, "sparse_bytes": 0,
+               "dense_blocks_k": 0, "sparse_blocks_k": 0, "dense_blocks_v": 0, "sparse_blocks_v": 0}
         for layer in self.layers:
             for op in OPERANDS:
                 pool = layer.pools[op]
-                nd, ns = layer.dense_free[op].used, layer.sparse_free[op].used
+                nd, ns = layer.dense_free[op].used - layer.n_r, layer.sparse_free[op].used
                 out["dense_blocks"] += nd
                 out["sparse_blocks"] += ns
+                out[f"dense_blocks_{op}"] += nd
+                out[f"sparse_blocks_{op}"] += ns
                 out["dense_bytes"] += nd * pool.dense[0:1].nbytes if pool.num_dense_slots else 0
                 if pool.num_sparse_slots:
                     out["sparse_bytes"] += ns * (pool.values[0:1].nbytes + pool.meta[0:1].nbytes)

@@ -57,6 +57,9 @@ class HSStats:
             out["compression_ratio"] = out["retrieval_dense_equivalent_bytes"] / stored if stored else 1.0
             out["pool_bytes"] = self.pool.get_kv_size_bytes()
             out["pages_in_use"] = self.pages_in_use()
+            out["head_dim"] = self.pool.head_dim
+            out["value_bytes"] = self.pool.layers[0].pools["k"].dense.element_size()
+            out["slot_problems"] = self.check_slots()
             out["settings"] = self.pool.settings.summary()
         if self.cache is not None:
             out["tree_tokens"] = self.cache.total_size()

@@ -1,0 +1,72 @@
+"""Tiny real checkpoints for tests and benchmarks: a random Llama with a byte-level tokenizer,
+prepared by the real ``hs-prep convert``; and the environment a CPU SGLang run needs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from .cpu_placeholder import PATH as PLACEHOLDER_PATH
+
+
+def cpu_env(placeholder_log: str | None = None, **extra) -> dict:
+    """Environment for SGLang on CPU with the sgl_kernel placeholder first on the path."""
+    env = dict(os.environ)
+    env["SGLANG_USE_CPU_ENGINE"] = "1"
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (PLACEHOLDER_PATH, env.get("PYTHONPATH")) if p)
+    if placeholder_log:
+        env["SGLANG_HS_PLACEHOLDER_LOG"] = placeholder_log
+    env.update(extra)
+    return env
+
+
+def use_cpu_placeholder(placeholder_log: str | None = None) -> None:
+    """The same, for this process (its spawned SGLang workers inherit it)."""
+    os.environ.update({k: v for k, v in cpu_env(placeholder_log).items() if k in ("SGLANG_USE_CPU_ENGINE", "PYTHONPATH", "SGLANG_HS_PLACEHOLDER_LOG")})
+    if PLACEHOLDER_PATH not in sys.path:
+        sys.path.insert(0, PLACEHOLDER_PATH)
+
+
+def byte_tokenizer():
+    """A byte-level BPE tokenizer without merges: one token per byte (256 + <s>, </s>)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    byte_vocab = pre_tokenizers.ByteLevel.alphabet()
+    vocab = {"<s>": 0, "</s>": 1, **{ch: i + 2 for i, ch in enumerate(sorted(byte_vocab))}}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.decoder = decoders.ByteLevel()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>")
+
+
+def tiny_llama(out_dir: str, layers: int = 2, kv_heads: int = 4, heads: int = 8, hidden: int = 256, seed: int = 0) -> str:
+    """Random LlamaForCausalLM (head_dim 64, vocab 512) + byte tokenizer, saved as safetensors."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=512, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+                         num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=64,
+                         max_position_embeddings=8192, bos_token_id=0, eos_token_id=1, tie_word_embeddings=False)
+    model = LlamaForCausalLM(config)
+    with torch.no_grad():  # larger random weights: logits far from ties, so greedy tokens are stable
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.mul_(2.0)
+    model.save_pretrained(out_dir)
+    byte_tokenizer().save_pretrained(out_dir)
+    return out_dir
+
+
+def prepare(src: str, out_dir: str, retrieval_ratio: float) -> str:
+    """Run the real converter: ``hs-prep convert SRC --output OUT --retrieval-ratio R``."""
+    cmd = [sys.executable, "-c", "from hs_prep.cli import main; main()", "convert", src, "--output", out_dir,
+           "--retrieval-ratio", str(retrieval_ratio), "--overwrite"]
+    subprocess.run(cmd, check=True, capture_output=True, text=True)
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        if (Path(src) / name).exists() and not (Path(out_dir) / name).exists():
+            (Path(out_dir) / name).write_bytes((Path(src) / name).read_bytes())
+    return out_dir

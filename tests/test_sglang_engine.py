@@ -1,0 +1,102 @@
+"""sglang_hs through sglang.Engine on CPU with real (tiny, hs-prep-prepared) checkpoints."""
+
+import json
+import os
+
+import pytest
+
+pytest.importorskip("sglang")
+pytest.importorskip("hs_prep")
+
+from hs_kernels import model_bytes  # noqa: E402
+
+from sglang_hs.testing import prepare, tiny_llama, use_cpu_placeholder  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+# byte tokenizer: one token per character
+PREFIX = "".join(f"line {i}: the quick brown fox jumps over the lazy dog. " for i in range(14))[:640]
+SUFFIXES = ["Question one asks about foxes and dogs and many more animals. " * 7,
+            "A second, different question about something else entirely here. " * 7]
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    root = tmp_path_factory.mktemp("sglang_hs_models")
+    src = tiny_llama(str(root / "tiny"))
+    return {"src": src, "r1": prepare(src, str(root / "r1"), 1.0), "r05": prepare(src, str(root / "r05"), 0.5)}
+
+
+@pytest.fixture(scope="module")
+def placeholder_log(tmp_path_factory):
+    log = str(tmp_path_factory.mktemp("ph") / "calls.log")
+    use_cpu_placeholder(log)
+    return log
+
+
+def engine(model, hs_args=None, **kwargs):
+    common = dict(device="cpu", dtype="float32", max_total_tokens=8192, mem_fraction_static=0.05,
+                  disable_cuda_graph=True, log_level="error", sampling_backend="pytorch", grammar_backend="none")
+    common.update(kwargs)
+    if hs_args is None:
+        import sglang
+
+        return sglang.Engine(model_path=model, **common)
+    from sglang_hs.engine import create
+
+    return create(model, hs_args=hs_args, **common)
+
+
+GREEDY = {"max_new_tokens": 12, "temperature": 0.0}
+
+
+def test_ratio_one_sparsity_zero_equals_stock_torch_native(models, placeholder_log):
+    prompts = ["hello world", PREFIX + SUFFIXES[0]]
+    stock = engine(models["r1"], attention_backend="torch_native")
+    try:
+        want = [stock.generate(p, GREEDY)["output_ids"] for p in prompts]
+    finally:
+        stock.shutdown()
+    zero = {"prefill_sk": 0.0, "prefill_sv": 0.0, "decode_sk": 0.0, "decode_sv": 0.0}
+    hs = engine(models["r1"], hs_args=zero)
+    try:
+        got = [hs.generate(p, GREEDY)["output_ids"] for p in prompts]
+    finally:
+        hs.shutdown()
+    assert got == want
+    assert not os.path.exists(placeholder_log), open(placeholder_log).read()
+
+
+def test_cached_prefix_equals_cold_and_bytes_match_size_model(models, placeholder_log, tmp_path):
+    stats_path = str(tmp_path / "stats.json")
+    os.environ["SGLANG_HS_STATS_FILE"] = stats_path
+    sparse = {"prefill_sk": 1.0, "prefill_sv": 1.0, "decode_sk": 1.0, "decode_sv": 1.0}
+    hs = engine(models["r05"], hs_args=sparse)
+    try:
+        first = hs.generate(PREFIX + SUFFIXES[0], GREEDY)
+        cached = hs.generate(PREFIX + SUFFIXES[1], GREEDY)
+        with open(stats_path) as f:
+            stats = json.load(f)
+        hs.flush_cache()
+        cold = hs.generate(PREFIX + SUFFIXES[1], GREEDY)
+    finally:
+        hs.shutdown()
+        del os.environ["SGLANG_HS_STATS_FILE"]
+    assert first["meta_info"]["cached_tokens"] == 0
+    assert cached["meta_info"]["cached_tokens"] >= len(PREFIX) // 64 * 64
+    assert cold["meta_info"]["cached_tokens"] == 0
+    assert cached["output_ids"] == cold["output_ids"]
+
+    # storage of the cached blocks = paper eq. 5 at the measured sparsity, to the byte
+    assert stats["slot_problems"] == []
+    assert stats["sparse_blocks_k"] > 0 and stats["sparse_blocks_v"] > 0
+    d, e = stats["head_dim"], stats["value_bytes"]
+    expected = 0
+    for op in ("k", "v"):
+        blocks = stats[f"dense_blocks_{op}"] + stats[f"sparse_blocks_{op}"]
+        s = stats[f"sparse_blocks_{op}"] / blocks
+        b = model_bytes(blocks * 64, d, s, s, value_bytes=e)  # K and V at sparsity s; one operand is half
+        expected += (b.den + b.nnz + b.e) / 2
+    assert stats["dense_bytes"] + stats["sparse_bytes"] == pytest.approx(expected, rel=1e-9)
+    assert stats["compression_ratio"] > 1.2
+    assert not os.path.exists(placeholder_log)
