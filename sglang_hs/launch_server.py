@@ -14,7 +14,7 @@ import sys
 
 from .settings import ENV_ARGS, FLAGS, HSConfigError, split_hs_flags
 
-DEFAULTS = {"--attention-backend": "hs", "--page-size": "64", "--radix-cache-backend": "hs"}
+DEFAULTS = {"--attention-backend": "hs"}  # page size 64 and radix cache "hs" follow (plugin defaults)
 
 
 def with_defaults(argv: list[str]) -> list[str]:
@@ -69,8 +69,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         server_args = prepare(argv)
-    except HSConfigError as e:
-        print(f"sglang_hs: error: {e}", file=sys.stderr)
+    except (HSConfigError, ValueError) as e:  # SGLang's own argument checks raise ValueError
+        print(f"sglang_hs: error: {str(e).splitlines()[0] if str(e) else type(e).__name__}", file=sys.stderr)
         return 2
     add_stats_route()
     from sglang.launch_server import run_server

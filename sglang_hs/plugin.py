@@ -38,10 +38,14 @@ def _active(server_args) -> bool:
 
 # ---- hooks ----
 
-def _check_server_args(result, self, *args, **kwargs):
-    """After ServerArgs.__post_init__: refuse what the hs backend cannot serve, fill its defaults."""
+def _check_server_args(self, *args, **kwargs):
+    """Before ServerArgs.__post_init__ (fields still writable): fill hs defaults, refuse what it cannot serve."""
     if not _active(self):
         return
+    if self.radix_cache_backend is None:
+        self.radix_cache_backend = BACKEND
+    if self.page_size is None:
+        self.page_size = 64
     for name in ("prefill_attention_backend", "decode_attention_backend"):
         if getattr(self, name, None) not in (None, BACKEND):
             raise HSConfigError(f"--{name.replace('_', '-')} {getattr(self, name)} cannot be mixed with --attention-backend hs")
@@ -54,12 +58,6 @@ def _check_server_args(result, self, *args, **kwargs):
     if self.radix_cache_backend != BACKEND:
         raise HSConfigError(f"--radix-cache-backend {self.radix_cache_backend} cannot be used with --attention-backend hs (it needs 'hs')")
     resolve(self.model_path, page_size=self.page_size, tp_size=self.tp_size)  # raises HSConfigError
-
-
-def _fill_server_args(self, *args, **kwargs):
-    """Before ServerArgs.__post_init__ (fields still writable): hs needs its radix cache."""
-    if _active(self) and self.radix_cache_backend is None:
-        self.radix_cache_backend = BACKEND
 
 
 def _build_pool(original, self, *, sizes, **kwargs):
@@ -167,8 +165,7 @@ def register() -> None:
                           _cell_size, HookType.AROUND)
     HookRegistry.register("sglang.srt.utils.common.support_triton", _support_triton, HookType.AROUND)
     HookRegistry.register("sglang.srt.mem_cache.allocation.get_last_loc", _get_last_loc, HookType.AROUND)
-    HookRegistry.register("sglang.srt.server_args.ServerArgs.__post_init__", _fill_server_args, HookType.BEFORE)
-    HookRegistry.register("sglang.srt.server_args.ServerArgs.__post_init__", _check_server_args, HookType.AFTER)
+    HookRegistry.register("sglang.srt.server_args.ServerArgs.__post_init__", _check_server_args, HookType.BEFORE)
     # one stats file per server, shared by its processes (children inherit the environment)
     os.environ.setdefault(ENV_STATS_FILE, stats_file())
     _registered = True

@@ -1,0 +1,77 @@
+"""Bad configurations give one-line errors before anything starts (launcher and ServerArgs checks)."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("sglang")
+
+from sglang_hs.settings import HSConfigError, resolve, split_hs_flags  # noqa: E402
+from sglang_hs.testing import cpu_env, tiny_llama  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def unprepared(tmp_path_factory):
+    return tiny_llama(str(tmp_path_factory.mktemp("unprepared") / "m"), layers=1)
+
+
+@pytest.fixture(scope="module")
+def prepared(unprepared, tmp_path_factory):
+    out = tmp_path_factory.mktemp("prepared")
+    config = json.load(open(f"{unprepared}/config.json"))
+    config["hierasparse"] = {"format_version": 1, "tp_size": 1, "num_key_value_heads": 4, "retrieval_ratio": 0.5,
+                             "layers": [{"num_retrieval": 2, "is_retrieval": [True, True, False, False]}]}
+    (out / "config.json").write_text(json.dumps(config))
+    return str(out)
+
+
+def test_unprepared_model_is_refused_with_how_to_prepare(unprepared):
+    with pytest.raises(HSConfigError, match="not a prepared checkpoint.*hs-prep convert"):
+        resolve(unprepared, {})
+
+
+@pytest.mark.parametrize("hs_args, page_size, message", [
+    ({}, 16, "--page-size 64"),
+    ({"decode_sk": 1.5}, 64, "sparsity out of range"),
+    ({"prefill_sv": -0.1}, 64, "sparsity out of range"),
+    ({"window_tokens": 0}, 64, "window-tokens"),
+])
+def test_inconsistent_settings(prepared, hs_args, page_size, message):
+    with pytest.raises(HSConfigError, match=message):
+        resolve(prepared, hs_args, page_size=page_size)
+
+
+def test_tp_layout_mismatch_and_unknown_flag(prepared):
+    with pytest.raises(HSConfigError, match="balanced for tp_size=1"):
+        resolve(prepared, {}, tp_size=2)
+    with pytest.raises(HSConfigError, match="unknown flag --hs-bogus"):
+        split_hs_flags(["--hs-bogus", "1"])
+    hs, rest = split_hs_flags(["--model-path", "m", "--hs-decode-sk=0.5", "--hs-sink-tokens", "64"])
+    assert hs == {"decode_sk": 0.5, "sink_tokens": 64} and rest == ["--model-path", "m"]
+
+
+def test_settings_come_from_recipe_then_flags(prepared):
+    s = resolve(prepared, {"decode_sv": 0.5})
+    assert s.recipe == "llama" and (s.prefill.s_k, s.prefill.s_v, s.decode.s_k, s.decode.s_v) == (0.0, 1.0, 1.0, 0.5)
+    assert (s.sink_tokens, s.window_tokens) == (128, 256)
+    assert [g.retrieval for g in s.layers] == [(0, 1)] and [g.streaming for g in s.layers] == [(2, 3)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("extra, message", [
+    ([], "not a prepared checkpoint"),
+    (["--speculative-algorithm", "EAGLE"], None),
+    (["--page-size", "32"], "--page-size 64"),
+    (["--hs-decode-sk", "2"], "sparsity out of range"),
+])
+def test_launcher_exits_with_one_line(unprepared, prepared, extra, message):
+    model = unprepared if message == "not a prepared checkpoint" else prepared
+    cmd = [sys.executable, "-m", "sglang_hs.launch_server", "--model-path", model, "--device", "cpu", *extra]
+    r = subprocess.run(cmd, env=cpu_env(), capture_output=True, text=True, timeout=300)
+    assert r.returncode != 0
+    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("sglang_hs: error:")]
+    assert len(lines) == 1, r.stderr[-2000:]
+    if message:
+        assert message in lines[0]

@@ -1,0 +1,104 @@
+"""python -m sglang_hs.launch_server on CPU over real HTTP: load with eviction, stats, bad input."""
+
+import json
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+pytest.importorskip("sglang")
+pytest.importorskip("hs_prep")
+
+from sglang_hs.testing import cpu_env, prepare, tiny_llama  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def call(url, payload=None, timeout=120):
+    data = None if payload is None else json.dumps(payload).encode()
+    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, json.loads(r.read() or b"null")
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    root = tmp_path_factory.mktemp("sglang_hs_server")
+    model = prepare(tiny_llama(str(root / "tiny")), str(root / "prepared"), 0.5)
+    port = free_port()
+    log = root / "placeholder_calls.log"
+    cmd = [sys.executable, "-m", "sglang_hs.launch_server", "--model-path", model, "--device", "cpu",
+           "--dtype", "float32", "--port", str(port), "--max-total-tokens", "1536", "--context-length", "1024",
+           "--mem-fraction-static", "0.05", "--disable-cuda-graph", "--sampling-backend", "pytorch",
+           "--grammar-backend", "none", "--hs-decode-sk", "1", "--hs-decode-sv", "1"]
+    out = open(root / "server.log", "w")
+    proc = subprocess.Popen(cmd, env=cpu_env(str(log), SGLANG_HS_STATS_FILE=str(root / "stats.json")), stdout=out, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(300):
+            if proc.poll() is not None:
+                raise RuntimeError("server exited: " + (root / "server.log").read_text()[-3000:])
+            try:
+                if call(base + "/health", timeout=5)[0] == 200:
+                    break
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                pass
+            time.sleep(1)
+        else:
+            raise RuntimeError("server did not come up")
+        yield base, log
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        out.close()
+
+
+def generate(base, text, n=6):
+    return call(base + "/generate", {"text": text, "sampling_params": {"max_new_tokens": n, "temperature": 0}})
+
+
+def test_concurrent_overlapping_prefixes_evict_without_leaks(server):
+    base, log = server
+    prefixes = [f"document {d}: " + "lorem ipsum dolor sit amet " * 12 for d in range(4)]
+    prompts = [p + f"question {q}?" for p in prefixes for q in range(4)]  # 16 requests, ~340 tokens each
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(lambda t: generate(base, t), prompts))
+    assert all(status == 200 for status, _ in results), [r for r in results if r[0] != 200][:2]
+    assert all(len(body["output_ids"]) == 6 for _, body in results)
+    assert sum(body["meta_info"]["cached_tokens"] for _, body in results) > 0
+    status, stats = call(base + "/hs/stats")
+    assert status == 200
+    assert stats["slot_problems"] == []
+    assert stats["prefix_hit_tokens"] > 0 and stats["sparse_blocks"] > 0
+    # idle: every page in use belongs to the radix tree; 16 x 340 tokens > 1536 forced eviction
+    assert stats["pages_in_use"] * 64 == stats["tree_tokens"] <= 1536
+    assert call(base + "/flush_cache", {})[0] == 200
+    time.sleep(1)
+    status, stats = call(base + "/hs/stats")
+    assert stats["pages_in_use"] == 0 and stats["dense_blocks"] == 0 and stats["sparse_blocks"] == 0
+    assert not log.exists(), log.read_text()
+
+
+def test_too_long_request_is_refused_and_server_stays_up(server):
+    base, _ = server
+    status, body = generate(base, "x" * 3000)
+    assert status == 400 and "context length" in body.lower()
+    status, body = generate(base, "still serving")
+    assert status == 200 and len(body["output_ids"]) == 6
