@@ -6,6 +6,8 @@ Prints one table; the figures are recorded in prep/BENCHMARKS.md.
 """
 import argparse
 import os
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as the hs-prep command sets it
 import resource
 import shutil
 import subprocess
@@ -13,6 +15,7 @@ import sys
 import tempfile
 import time
 
+import numpy as np
 import torch
 from safetensors.torch import save_file
 
@@ -69,8 +72,21 @@ _MEASURE = ("import resource, subprocess, sys, time; t = time.perf_counter(); "
             "print(code, time.perf_counter() - t, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
 
 
-def timed_child(cmd: list[str]) -> tuple[float, float]:
+def drop_page_cache() -> bool:
+    """Evict file pages (root only), so that reads come from disk as for a checkpoint not touched lately."""
+    os.sync()
+    try:
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+        return True
+    except OSError:
+        return False
+
+
+def timed_child(cmd: list[str], cold: bool) -> tuple[float, float]:
     """Wall seconds and peak RSS (GiB) of a command."""
+    if cold and not drop_page_cache():
+        raise SystemExit("--cold needs write access to /proc/sys/vm/drop_caches (root)")
     out = subprocess.run([sys.executable, "-c", _MEASURE, *cmd], capture_output=True, text=True, check=True)
     code, seconds, rss_kib = out.stdout.split()
     if code != "0":
@@ -80,9 +96,9 @@ def timed_child(cmd: list[str]) -> tuple[float, float]:
 
 def rank_llama8b_seconds() -> float:
     geo = AttentionGeometry("llama", 32, 32, 8, 128, 4096, 500000.0, None)
-    g = torch.Generator().manual_seed(0)
-    q = (torch.randn(4096, 4096, generator=g) * 0.02).to(torch.bfloat16)
-    k = (torch.randn(1024, 4096, generator=g) * 0.02).to(torch.bfloat16)
+    g = np.random.default_rng(0)
+    q = g.standard_normal((4096, 4096), np.float32) * 0.02
+    k = g.standard_normal((1024, 4096), np.float32) * 0.02
     start = time.perf_counter()
     for _ in range(geo.num_layers):
         head_effective_ranks(q, k, geo)
@@ -92,6 +108,7 @@ def rank_llama8b_seconds() -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workdir", default=None, help="Scratch directory (needs ~12 GB free).")
+    parser.add_argument("--cold", action="store_true", help="Drop the page cache before each timed command.")
     args = parser.parse_args()
     work = tempfile.mkdtemp(prefix="hs-bench-", dir=args.workdir)
     hs_prep = shutil.which("hs-prep", path=os.path.dirname(sys.executable)) or "hs-prep"
@@ -103,8 +120,8 @@ def main() -> None:
             copies, converts = [], []
             for attempt in range(2):  # best of two: the page cache and other load are the same for both
                 copy_dst, out = os.path.join(work, f"copy{attempt}"), os.path.join(work, f"out{attempt}")
-                copies.append(timed_child(["cp", "-r", src, copy_dst]))
-                converts.append(timed_child([hs_prep, "convert", src, "--output", out]))
+                copies.append(timed_child(["cp", "-r", src, copy_dst], args.cold))
+                converts.append(timed_child([hs_prep, "convert", src, "--output", out], args.cold))
                 shutil.rmtree(copy_dst)
                 shutil.rmtree(out)
             copy_s, conv_s = min(c[0] for c in copies), min(c[0] for c in converts)
@@ -113,6 +130,7 @@ def main() -> None:
         rank_s = rank_llama8b_seconds()
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    print(f"page cache: {'dropped before each command' if args.cold else 'hot (files just written)'}")
     print(f"{'layers':>6} {'GiB':>6} {'cp -r s':>8} {'convert s':>10} {'ratio':>6} {'peak RSS GiB':>13}")
     for layers, gib, copy_s, conv_s, ratio, rss in rows:
         print(f"{layers:>6} {gib:>6.2f} {copy_s:>8.2f} {conv_s:>10.2f} {ratio:>6.2f} {rss:>13.2f}")

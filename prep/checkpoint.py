@@ -4,14 +4,13 @@ import json
 import os
 from dataclasses import dataclass, field
 
-import torch
+import numpy as np
 
 from hs_prep.architecture import ATTENTION_TENSOR, AttentionGeometry, read_geometry
 from hs_prep.errors import PrepError
-from hs_prep.safetensors_file import SafetensorsFile, open_safetensors
+from hs_prep.safetensors_file import FLOAT_DTYPES, SafetensorsFile, open_safetensors
 
 INDEX_NAME = "model.safetensors.index.json"
-FLOAT_DTYPES = {"F64", "F32", "F16", "BF16"}
 
 
 @dataclass
@@ -24,8 +23,8 @@ class Checkpoint:
     attention: dict[int, dict[str, str]] = field(default_factory=dict)
     attention_names: dict[int, dict[str, str]] = field(default_factory=dict)
 
-    def read_attention(self, layer: int, key: str) -> torch.Tensor:
-        return self.shards[self.attention[layer][key]].read(self.attention_names[layer][key])
+    def read_attention(self, layer: int, key: str) -> np.ndarray:
+        return self.shards[self.attention[layer][key]].read_float64(self.attention_names[layer][key])
 
     @property
     def weight_files(self) -> list[str]:

@@ -6,7 +6,7 @@ import shutil
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-import torch
+import numpy as np
 
 from hs_prep import rank
 from hs_prep.checkpoint import Checkpoint, open_checkpoint
@@ -36,9 +36,9 @@ class ConvertOptions:
 
 @dataclass
 class LayerRanking:
-    head_ranks: torch.Tensor  # [H] vanilla AoH
-    scores: torch.Tensor  # [H] the score the selection used (vanilla, or RoPE-aware)
-    group_scores: torch.Tensor  # [G]
+    head_ranks: np.ndarray  # [H] vanilla AoH
+    scores: np.ndarray  # [H] the score the selection used (vanilla, or RoPE-aware)
+    group_scores: np.ndarray  # [G]
     layout: LayerLayout
 
 

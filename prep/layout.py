@@ -2,7 +2,7 @@
 import math
 from dataclasses import dataclass
 
-import torch
+import numpy as np
 
 from hs_prep.errors import PrepError
 
@@ -31,7 +31,7 @@ def check_tp(num_groups: int, tp_size: int) -> None:
         raise PrepError(f"--tp-size {tp_size} does not divide the {num_groups} KV groups")
 
 
-def plan_layer(scores: torch.Tensor, num_retrieval: int, tp_size: int) -> LayerLayout:
+def plan_layer(scores: np.ndarray, num_retrieval: int, tp_size: int) -> LayerLayout:
     """Deal the groups, in ascending score order, round-robin over the tp rank blocks.
 
     SGLang gives rank r the contiguous KV groups [r*G/t, (r+1)*G/t). Dealing retrieval groups first and
@@ -39,7 +39,7 @@ def plan_layer(scores: torch.Tensor, num_retrieval: int, tp_size: int) -> LayerL
     retrieval-first and by score inside each kind. Ties keep the original order.
     """
     num_groups = len(scores)
-    order = torch.argsort(scores, stable=True).tolist()
+    order = np.argsort(scores, kind="stable").tolist()
     blocks: list[list[int]] = [[] for _ in range(tp_size)]
     for rank_in_order, group in enumerate(order):
         blocks[rank_in_order % tp_size].append(group)

@@ -9,17 +9,18 @@ from typing import Callable
 import numpy as np
 
 
-def permute_rows(data: bytes, permutation: list[int]) -> bytes:
+def permute_rows(data: bytes, permutation: list[int]) -> memoryview:
     """Tensor whose leading dim splits into len(permutation) equal group blocks (q/k/v weights, biases)."""
-    return np.frombuffer(data, np.uint8).reshape(len(permutation), -1)[permutation].tobytes()
+    return memoryview(np.frombuffer(data, np.uint8).reshape(len(permutation), -1)[permutation].reshape(-1))
 
 
-def permute_columns(data: bytes, permutation: list[int], rows: int) -> bytes:
+def permute_columns(data: bytes, permutation: list[int], rows: int) -> memoryview:
     """[rows, G*c] tensor (o_proj weight): permute the G column blocks of every row."""
-    return np.frombuffer(data, np.uint8).reshape(rows, len(permutation), -1)[:, permutation].tobytes()
+    blocks = np.frombuffer(data, np.uint8).reshape(rows, len(permutation), -1)
+    return memoryview(blocks[:, permutation].reshape(-1))
 
 
-def attention_edit(key: str, permutation: list[int], hidden_size: int) -> Callable[[bytes], bytes] | None:
+def attention_edit(key: str, permutation: list[int], hidden_size: int) -> Callable[[bytes], memoryview] | None:
     """The byte transform for one attention tensor ("q_proj.weight", ...), or None if it needs none."""
     if key == "o_proj.weight":
         return lambda data: permute_columns(data, permutation, hidden_size)

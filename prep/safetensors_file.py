@@ -10,16 +10,13 @@ import struct
 from dataclasses import dataclass
 from typing import Callable
 
-import torch
+import numpy as np
 
 from hs_prep.errors import PrepError
 
-DTYPES = {
-    "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
-    "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
-    "BOOL": torch.bool, "F8_E4M3": torch.float8_e4m3fn, "F8_E5M2": torch.float8_e5m2,
-}
-ITEMSIZE = {name: torch.empty((), dtype=dt).element_size() for name, dt in DTYPES.items()}
+ITEMSIZE = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1,
+            "U16": 2, "U32": 4, "U64": 8, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}
+FLOAT_DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": None}
 MAX_HEADER = 100 * 1024 * 1024
 
 
@@ -51,14 +48,17 @@ class SafetensorsFile:
             raise PrepError(f"{self.path}: truncated while reading {name}")
         return data
 
-    def read(self, name: str) -> torch.Tensor:
+    def read_float64(self, name: str) -> np.ndarray:
+        """A floating-point tensor as a float64 array (bf16 widened exactly through its float32 bits)."""
         entry = self.tensors[name]
-        dtype = DTYPES.get(entry.dtype)
-        if dtype is None:
-            raise PrepError(f"{self.path}: {name} has unsupported dtype {entry.dtype}")
-        if entry.end == entry.start:
-            return torch.empty(entry.shape, dtype=dtype)
-        return torch.frombuffer(bytearray(self.raw(name)), dtype=dtype).reshape(entry.shape)
+        if entry.dtype not in FLOAT_DTYPES:
+            raise PrepError(f"{self.path}: {name} has dtype {entry.dtype}, not a float type")
+        raw = self.raw(name)
+        if entry.dtype == "BF16":
+            values = (np.frombuffer(raw, np.uint16).astype(np.uint32) << 16).view(np.float32)
+        else:
+            values = np.frombuffer(raw, FLOAT_DTYPES[entry.dtype])
+        return values.astype(np.float64).reshape(entry.shape)
 
 
 def open_safetensors(path: str) -> SafetensorsFile:
@@ -107,7 +107,7 @@ def open_safetensors(path: str) -> SafetensorsFile:
     return SafetensorsFile(path, prefix + raw, tensors)
 
 
-def rewrite(src: SafetensorsFile, dst_path: str, edits: dict[str, Callable[[bytes], bytes]]) -> None:
+def rewrite(src: SafetensorsFile, dst_path: str, edits: dict[str, Callable[[bytes], memoryview]]) -> None:
     """Write src to dst_path with the same header; tensors named in edits get their bytes transformed."""
     ordered = sorted(src.tensors.values(), key=lambda t: t.start)
     with open(src.path, "rb") as fin, open(dst_path, "wb") as fout:
@@ -119,7 +119,7 @@ def rewrite(src: SafetensorsFile, dst_path: str, edits: dict[str, Callable[[byte
             _copy_range(fin, fout, pos, entry.start)
             fin.seek(entry.start)
             data = edits[entry.name](fin.read(entry.end - entry.start))
-            if len(data) != entry.end - entry.start:
+            if data.nbytes != entry.end - entry.start:
                 raise AssertionError(f"edit of {entry.name} changed its size")
             fout.write(data)
             pos = entry.end

@@ -35,7 +35,7 @@ def check_permutations(original: Checkpoint, prepared_path: str, section: dict) 
                 continue
             prepared = shards[file_name].raw(name)
             undo = attention_edit(key, inverse(permutation), original.geometry.hidden_size)
-            if (undo(prepared) if undo else prepared) != original.shards[file_name].raw(name):
+            if bytes(undo(prepared) if undo else prepared) != original.shards[file_name].raw(name):
                 problems.append(f"{name}: permuting back does not restore the original")
     return problems
 
