@@ -10,7 +10,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import click
 
-from hs_prep.convert import ConvertOptions, REPORT_JSON, convert
+from hs_prep.convert import REPORT_JSON, SELECTIONS, ConvertOptions, convert
 from hs_prep.errors import PrepError
 from hs_prep.inspect_prepared import format_table, inspect
 from hs_prep.rank import AGGREGATES
@@ -38,11 +38,13 @@ def main():
 @click.option("--rope-aware", is_flag=True, help="Rank with RoPE-aware effective rank (paper eq. 9) and report its Spearman agreement with vanilla.")
 @click.option("--rope-max-distance", type=click.IntRange(1), default=32768, show_default=True, help="Largest relative distance for --rope-aware.")
 @click.option("--tp-size", type=click.IntRange(1), default=1, show_default=True, help="Tensor-parallel size to balance retrieval groups for.")
+@click.option("--select", "selection", type=click.Choice(SELECTIONS), default="aoh", show_default=True, help="aoh: lowest effective rank are retrieval groups; random / reverse: the paper's controls.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed for --select random.")
 @click.option("--revision", default=None, help="Hub revision (branch, tag or commit) when MODEL is a hub id.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output directory (atomically).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def convert_command(model, output, retrieval_ratio, sparsity, aggregate, rope_aware, rope_max_distance, tp_size,
-                    revision, overwrite, as_json):
+                    selection, seed, revision, overwrite, as_json):
     """Prepare MODEL (hub id, local directory, or omitted / 'embedded' for the demo SmolLM2) into OUTPUT."""
     if retrieval_ratio is not None and sparsity is not None:
         raise PrepError("give --retrieval-ratio or --sparsity, not both")
@@ -53,7 +55,7 @@ def convert_command(model, output, retrieval_ratio, sparsity, aggregate, rope_aw
     ratio = 0.5 if retrieval_ratio is None else retrieval_ratio
     if not 0 < ratio <= 1:
         raise PrepError(f"--retrieval-ratio must be in (0, 1], got {ratio}")
-    options = ConvertOptions(ratio, aggregate, rope_aware, rope_max_distance, tp_size, overwrite)
+    options = ConvertOptions(ratio, aggregate, rope_aware, rope_max_distance, tp_size, overwrite, selection, seed)
     source = resolve(model, revision)
     convert(source, output, options)
     _show(inspect(output), as_json)

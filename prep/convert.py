@@ -21,6 +21,7 @@ from hs_prep.source import Source
 FORMAT_VERSION = 1
 REPORT_JSON = "hs_report.json"
 REPORT_PNG = "hs_report.png"
+SELECTIONS = ("aoh", "random", "reverse")  # random and reverse are the AoH paper's controls
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".ckpt", ".h5", ".msgpack")
 
 
@@ -32,6 +33,8 @@ class ConvertOptions:
     rope_max_distance: int = 32768
     tp_size: int = 1
     overwrite: bool = False
+    selection: str = "aoh"
+    seed: int = 0
 
 
 @dataclass
@@ -45,6 +48,7 @@ class LayerRanking:
 def rank_layers(ckpt: Checkpoint, options: ConvertOptions) -> list[LayerRanking]:
     geo = ckpt.geometry
     k = retrieval_count(geo.num_kv_heads, options.retrieval_ratio, options.tp_size)
+    rng = np.random.default_rng(options.seed)
     rankings = []
     for layer in range(geo.num_layers):
         q, kw = ckpt.read_attention(layer, "q_proj.weight"), ckpt.read_attention(layer, "k_proj.weight")
@@ -55,7 +59,9 @@ def rank_layers(ckpt: Checkpoint, options: ConvertOptions) -> list[LayerRanking]
         except ValueError as e:
             raise PrepError(f"layer {layer}: {e}") from None
         groups = rank.group_scores(scores, geo, options.aggregate)
-        rankings.append(LayerRanking(head_ranks, scores, groups, plan_layer(groups, k, options.tp_size)))
+        order = {"aoh": groups, "reverse": -groups, "random": rng.permutation(len(groups)).astype(float)}
+        layout = plan_layer(order[options.selection], k, options.tp_size)
+        rankings.append(LayerRanking(head_ranks, scores, groups, layout))
     return rankings
 
 
@@ -65,6 +71,7 @@ def hierasparse_section(ckpt: Checkpoint, source: Source, options: ConvertOption
         "format_version": FORMAT_VERSION,
         "metric": "effective_rank_rope" if options.rope_aware else "effective_rank",
         "aggregate": options.aggregate,
+        "selection": options.selection,
         "retrieval_ratio": options.retrieval_ratio,
         "tp_size": options.tp_size,
         "num_key_value_heads": geo.num_kv_heads,
@@ -82,6 +89,8 @@ def hierasparse_section(ckpt: Checkpoint, source: Source, options: ConvertOption
             for r in rankings
         ],
     }
+    if options.selection == "random":
+        section["seed"] = options.seed
     if options.rope_aware:
         agreement = [rank.spearman(r.head_ranks, r.scores) for r in rankings]
         finite = [a for a in agreement if not math.isnan(a)]
@@ -120,6 +129,8 @@ def convert(source: Source, output: str, options: ConvertOptions) -> dict:
     """Prepare source into output (atomically); returns the hierasparse section written to config.json."""
     if options.aggregate not in rank.AGGREGATES:
         raise PrepError(f"--aggregate must be one of {', '.join(rank.AGGREGATES)}")
+    if options.selection not in SELECTIONS:
+        raise PrepError(f"--select must be one of {', '.join(SELECTIONS)}")
     if os.path.abspath(output) == os.path.abspath(source.path):
         raise PrepError("the output directory must differ from the input checkpoint")
     ckpt = open_checkpoint(source.path)

@@ -32,6 +32,7 @@ def summary(section: dict, geo: AttentionGeometry) -> dict:
         "head_dim": geo.head_dim,
         "metric": section["metric"],
         "aggregate": section["aggregate"],
+        "selection": section.get("selection", "aoh"),
         "retrieval_ratio_requested": section["retrieval_ratio"],
         "retrieval_ratio_effective": retrieval / total,
         "tp_size": section["tp_size"],

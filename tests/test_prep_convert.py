@@ -128,3 +128,21 @@ def test_overwrite_replaces_atomically(tmp_path):
     section = json.load(open(os.path.join(out, "config.json")))["hierasparse"]
     assert section["retrieval_ratio"] == 1.0
     assert sorted(os.listdir(tmp_path)) == ["out", "src"]
+
+
+def test_control_selections(tmp_path):
+    src = make_checkpoint(str(tmp_path / "src"), "llama", num_attention_heads=8, num_key_value_heads=8)
+    picks = {}
+    for selection in ("aoh", "reverse", "random"):
+        section = convert(resolve(src), str(tmp_path / selection), ConvertOptions(selection=selection, seed=3))
+        assert section["selection"] == selection
+        picks[selection] = [sorted(g for g, r in zip(layer["permutation"], layer["is_retrieval"]) if r)
+                            for layer in section["layers"]]
+        assert verify(src, str(tmp_path / selection), torch.float64, atol=1e-9)["ok"]
+    for layer, scores in enumerate(section["layers"][i]["group_scores"] for i in range(2)):
+        by_rank = sorted(range(8), key=lambda g: scores[g])
+        assert picks["aoh"][layer] == sorted(by_rank[:4])
+        assert picks["reverse"][layer] == sorted(by_rank[4:])
+    assert picks["random"] != picks["aoh"]
+    again = convert(resolve(src), str(tmp_path / "again"), ConvertOptions(selection="random", seed=3))
+    assert [layer["permutation"] for layer in again["layers"]] == [layer["permutation"] for layer in section["layers"]]
