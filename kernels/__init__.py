@@ -4,8 +4,9 @@ Pure PyTorch, device-agnostic; imports only torch. The block format is specified
 ``hs_kernels.format``; kernels/API.md lists the public API.
 """
 
-from . import format
-from .attention import decode_attention, merge_attention, prefill_attention, streaming_attention
+from . import format, gpu
+from .attention import merge_attention, prefill_attention, streaming_attention
+from .gpu import compress_magnitude, decode_attention  # TileLang on CUDA, else the reference
 from .compressed_kv import CompressedKV, compress_sequence, to_blocks
 from .compressor import compress_24, compress_blocks, decompress_24, decompress_blocks
 from .format import (
@@ -50,7 +51,7 @@ __all__ = [
     "MaskProducer", "SparsityConfig", "magnitude_mask", "element_mask", "block_loss", "eligible_blocks",
     "select_sparse_blocks", "prune_blocks",
     "BlockPool", "CompressedKV", "compress_sequence", "to_blocks",
-    "decode_attention", "prefill_attention", "streaming_attention", "merge_attention",
+    "gpu", "compress_magnitude", "decode_attention", "prefill_attention", "streaming_attention", "merge_attention",
     "SizeBreakdown", "baseline_bytes", "model_bytes", "compression_ratio", "prefill_speedup",
     "decode_speedup", "measured_bytes", "measured_sparsity",
 ]

@@ -1,0 +1,169 @@
+"""GPU benchmark of the TileLang kernels against cuDNN and SDPA flash, one table (run on the H200).
+
+    python -m hs_kernels.bench_gpu [--quick]
+
+Llama-3.1-8B attention shapes: 32 query heads, 8 KV groups, d 128, bf16.
+Decode: B=8, 32K context; ours at S_K/S_V in {0, 0.5, 1} (sink block and 256-token window stay
+dense, as the pruner does), bytes = what the kernel must read (dense blocks, 2:4 values +
+metadata, index maps); GB/s against the 4.3 TB/s copy ceiling. Compression: K and V of 32K tokens
+x 8 KV heads, against cuDNN causal prefill of the same 32K tokens.
+Timing: triton.testing.do_bench (median), inputs far larger than L2.
+"""
+
+import argparse
+import math
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from hs_kernels import gpu
+from hs_kernels.format import BLOCK_SIZE
+
+COPY_CEILING = 4.3e12
+H_Q, H_KV, D = 32, 8, 128
+DT = torch.bfloat16
+
+
+def bench(fn):
+    import triton.testing
+
+    return triton.testing.do_bench(fn, warmup=10, rep=60, return_mode="median")
+
+
+def decode_inputs(batch, ctx, s_k, s_v, gen):
+    """Pools and index maps with the pruner's layout: block 0 and the last 4 blocks dense, a fraction
+    S of the others sparse (every KV head and sequence alike); slots contiguous per (seq, head)."""
+    nb = ctx // BLOCK_SIZE
+    eligible = torch.zeros(nb, dtype=torch.bool)
+    eligible[1: nb - 4] = True
+    out, nbytes = [], 0
+    for operand, s in (("k", s_k), ("v", s_v)):
+        n_sparse = math.floor(s * int(eligible.sum()) + 0.5)
+        sparse = torch.zeros(nb, dtype=torch.bool)
+        sparse[torch.nonzero(eligible).flatten()[:n_sparse]] = True
+        nd, ns = batch * H_KV * (nb - n_sparse), batch * H_KV * n_sparse
+        vshape = (BLOCK_SIZE, D // 2) if operand == "k" else (D, BLOCK_SIZE // 2)
+        mshape = (BLOCK_SIZE, D // 16) if operand == "k" else (D, BLOCK_SIZE // 16)
+        dense = torch.randn(max(nd, 1), BLOCK_SIZE, D, generator=gen, device="cuda").to(DT)
+        values = torch.randn(max(ns, 1), *vshape, generator=gen, device="cuda").to(DT)
+        meta = torch.full((max(ns, 1), *mshape), 0x4444 - 0x10000 if 0x4444 >= 0x8000 else 0x4444,
+                          dtype=torch.int16, device="cuda")  # nibble idx0 0, idx1 1 everywhere
+        from hs_kernels.pool import BlockPool
+
+        pool = BlockPool(operand, dense, values, meta)
+        rows = torch.arange(batch * H_KV).view(batch, H_KV, 1)
+        d_rank = torch.cumsum(~sparse, 0) - 1
+        s_rank = torch.cumsum(sparse, 0) - 1
+        index = torch.where(sparse, ~(rows * n_sparse + s_rank), rows * (nb - n_sparse) + d_rank)
+        out += [pool, index.to(torch.int32).cuda()]
+        nbytes += nd * BLOCK_SIZE * D * 2 + ns * (BLOCK_SIZE * D // 2 * 2 + BLOCK_SIZE * D // 16 * 2)
+        nbytes += batch * H_KV * nb * 4
+    k_pool, k_index, v_pool, v_index = out
+    return k_pool, v_pool, k_index, v_index, nbytes
+
+
+PREBUILD = [("decode", (32, 8, 128, "bfloat16")), ("decode", (32, 8, 128, "float16")),
+            ("decode", (16, 2, 64, "bfloat16")), ("decode", (6, 6, 64, "float16")),
+            ("decode", (40, 2, 128, "bfloat16")), ("decode", (64, 1, 64, "float16")),
+            ("decode", (8, 2, 256, "bfloat16")),
+            ("compress", ("k", 128, "bfloat16")), ("compress", ("v", 128, "bfloat16")),
+            ("compress", ("k", 64, "float16")), ("compress", ("v", 64, "float16")),
+            ("compress", ("k", 128, "float16")), ("compress", ("v", 256, "bfloat16"))]
+
+
+def _build(job):
+    kind, key = job
+    import time
+
+    t0 = time.time()
+    if kind == "decode":
+        from hs_kernels import tl_decode as mod
+    else:
+        from hs_kernels import tl_compress as mod
+    try:
+        mod.get_kernel(*key)
+        return f"{kind}{key}: {time.time() - t0:.0f} s"
+    except Exception as e:  # report, the tests will show it again
+        return f"{kind}{key}: FAILED {type(e).__name__}: {str(e)[-2000:]}"
+
+
+def prebuild():
+    """Compile the shipped/tested kernel shapes in parallel processes (fills TileLang's disk cache)."""
+    import concurrent.futures as cf
+    import multiprocessing as mp
+
+    with cf.ProcessPoolExecutor(len(PREBUILD), mp_context=mp.get_context("spawn")) as ex:
+        for line in ex.map(_build, PREBUILD):
+            print(line, flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--prebuild", action="store_true", help="only compile the kernels (parallel), then exit")
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--ctx", type=int, default=32768)
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args()
+    if args.prebuild:
+        return prebuild()
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(0)
+    b, ctx = args.batch, args.ctx
+    dense_bytes = 2 * b * H_KV * ctx * D * 2
+    rows = []
+
+    q = torch.randn(b, H_Q, D, generator=gen, device="cuda").to(DT)
+    kd = torch.randn(b, H_KV, ctx, D, generator=gen, device="cuda").to(DT)
+    vd = torch.randn(b, H_KV, ctx, D, generator=gen, device="cuda").to(DT)
+    for name, backend in (("cuDNN SDPA", SDPBackend.CUDNN_ATTENTION), ("SDPA flash", SDPBackend.FLASH_ATTENTION)):
+        try:
+            with sdpa_kernel([backend]):
+                ms = bench(lambda: F.scaled_dot_product_attention(q[:, :, None], kd, vd, enable_gqa=True))
+            rows.append((f"decode B={b} {ctx // 1024}K", name, ms, dense_bytes / ms / 1e9, None))
+        except RuntimeError as e:
+            rows.append((f"decode B={b} {ctx // 1024}K", f"{name} (failed: {str(e)[:40]})", float("nan"), 0, None))
+    del kd, vd
+    base = rows[0][2]
+
+    settings = [(0, 0), (1, 1)] if args.quick else [(0, 0), (0.5, 0), (1, 0), (0, 0.5), (0, 1), (0.5, 0.5), (1, 1)]
+    sl = torch.full((b,), ctx, dtype=torch.int32, device="cuda")
+    for s_k, s_v in settings:
+        k_pool, v_pool, k_index, v_index, nbytes = decode_inputs(b, ctx, s_k, s_v, gen)
+        split_list = [None] if (s_k, s_v) not in ((0, 0), (1, 1)) else [None, 8, 16, 24, 32, 48, 64]
+        for splits in split_list:
+            ms = bench(lambda: gpu.decode_attention(q, k_pool, v_pool, k_index, v_index, sl, num_splits=splits))
+            label = f"ours S_K={s_k} S_V={s_v}" + ("" if splits is None else f" splits={splits}")
+            rows.append((f"decode B={b} {ctx // 1024}K", label, ms, nbytes / ms / 1e9, base / ms))
+        del k_pool, v_pool
+
+    # compression of 32K tokens x 8 KV heads (K and V), vs cuDNN causal prefill of the same tokens
+    t = 32768
+    qp = torch.randn(1, H_Q, t, D, generator=gen, device="cuda").to(DT)
+    kp = torch.randn(1, H_KV, t, D, generator=gen, device="cuda").to(DT)
+    vp = torch.randn(1, H_KV, t, D, generator=gen, device="cuda").to(DT)
+    flops = 4 * H_Q * t * t * D / 2
+    with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+        pre = bench(lambda: F.scaled_dot_product_attention(qp, kp, vp, is_causal=True, enable_gqa=True))
+    rows.append(("prefill 32K causal", "cuDNN SDPA", pre, None, None, flops / pre / 1e9))
+    blocks = kp[0].reshape(H_KV * t // BLOCK_SIZE, BLOCK_SIZE, D)
+    vblocks = vp[0].reshape(H_KV * t // BLOCK_SIZE, BLOCK_SIZE, D)
+    ms = bench(lambda: (gpu.compress_magnitude(blocks, "k"), gpu.compress_magnitude(vblocks, "v")))
+    cbytes = 2 * blocks.numel() * 2 * (1 + 0.5 + 1 / 8)
+    rows.append(("compress K+V 32Kx8", f"ours ({100 * ms / pre:.2f}% of cuDNN prefill)", ms, cbytes / ms / 1e9, None))
+
+    dev = torch.cuda.get_device_name()
+    print(f"\n{dev}, torch {torch.__version__}, B={b}, ctx={ctx}, {H_Q}/{H_KV} heads, d {D}, bf16")
+    print(f"{'case':22} | {'kernel':44} | {'ms':>8} | {'GB/s':>7} | {'% 4.3TB/s':>9} | {'x cuDNN':>7}")
+    print("-" * 112)
+    for r in rows:
+        case, name, ms, gbs, speed = r[:5]
+        gb = "" if gbs is None else f"{gbs:7.0f}"
+        pct = "" if gbs is None else f"{100 * gbs * 1e9 / COPY_CEILING:8.1f}%"
+        sp = "" if speed is None else f"{speed:7.2f}"
+        extra = f"  ({r[5]:.0f} TFLOP/s)" if len(r) > 5 else ""
+        print(f"{case:22} | {name:44} | {ms:8.4f} | {gb:>7} | {pct:>9} | {sp:>7}{extra}")
+
+
+if __name__ == "__main__":
+    main()

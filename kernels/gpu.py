@@ -1,0 +1,138 @@
+"""CUDA entry points: the TileLang kernels behind the reference's signatures, chosen automatically.
+
+``decode_attention`` has the reference's signature (``hs_kernels.attention.decode_attention``) and
+returns the same results; it runs the TileLang kernel (``tl_decode``) when the inputs are CUDA
+float16/bfloat16 tensors with a supported shape and ``tilelang`` imports, else the reference.
+``compress_magnitude`` is the fused pruner + compressor (``tl_compress``), with a PyTorch fallback.
+``tilelang`` is imported lazily, only on CUDA: this module imports on any machine.
+Kernels are compiled once per (heads, head_dim, dtype[, sm_scale]) and cached per process; the
+batch, context length, pool sizes and split count are runtime values of one compiled kernel.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+
+import torch
+
+from . import attention as _ref
+from .compressor import compress_blocks
+from .format import BLOCK_SIZE, META_DTYPE, check_blocks, check_operand, sparse_shapes
+from .pool import BlockPool
+from .pruner import block_loss, element_mask
+
+_DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
+_DECODE_HEAD_DIMS = (64, 128, 256)
+_MAX_GROUP = 64
+
+
+@functools.lru_cache(maxsize=None)
+def tilelang_available() -> bool:
+    """True when CUDA is usable and ``tilelang`` is installed (``HS_KERNELS_NO_GPU=1`` forces False)."""
+    if os.environ.get("HS_KERNELS_NO_GPU") == "1":
+        return False
+    return torch.cuda.is_available() and importlib.util.find_spec("tilelang") is not None
+
+
+def decode_supported(q: torch.Tensor, k_pool: BlockPool, v_pool: BlockPool, k_index: torch.Tensor) -> bool:
+    """Whether ``decode_attention`` runs the TileLang kernel for these inputs (else the reference)."""
+    return (
+        tilelang_available() and q.is_cuda and q.dim() == 3 and q.dtype in _DTYPES
+        and isinstance(k_pool, BlockPool) and isinstance(v_pool, BlockPool)
+        and k_pool.dtype == q.dtype and v_pool.dtype == q.dtype and k_pool.dense.is_cuda
+        and q.shape[-1] in _DECODE_HEAD_DIMS and k_index.dim() == 3 and k_index.shape[1] >= 1
+        and q.shape[1] % k_index.shape[1] == 0 and q.shape[1] // k_index.shape[1] <= _MAX_GROUP
+    )
+
+
+def default_splits(batch: int, h_kv: int, max_blocks: int, device: torch.device) -> int:
+    """Split count so that the (split, KV head, sequence) programs fill the GPU about twice."""
+    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    resident = 4 * sms  # ~56 KB of shared memory per program at d 128
+    splits = max(1, (2 * resident) // max(1, batch * h_kv))
+    return max(1, min(splits, max(1, max_blocks // 4)))
+
+
+def _nonempty(x: torch.Tensor) -> torch.Tensor:
+    """A pool tensor with at least one slot (an empty pool is never read, but needs a pointer)."""
+    return x if x.shape[0] else torch.zeros((1, *x.shape[1:]), dtype=x.dtype, device=x.device)
+
+
+def decode_attention(q: torch.Tensor, k_pool: BlockPool, v_pool: BlockPool,
+                     k_index: torch.Tensor, v_index: torch.Tensor, seq_lens: torch.Tensor,
+                     sm_scale: float | None = None, num_splits: int | None = None
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``hs_kernels.attention.decode_attention`` on the TileLang kernel where supported (see module doc).
+
+    ``num_splits`` (optional) overrides the split-KV count. No host synchronisation on the GPU path
+    (seq_lens are not range-checked there: they must lie in ``[1, 64 * max_blocks]``).
+    """
+    if not decode_supported(q, k_pool, v_pool, k_index):
+        return _ref.decode_attention(q, k_pool, v_pool, k_index, v_index, seq_lens, sm_scale)
+    batch, h_q, d = q.shape
+    h_kv, max_blocks = _ref._check_index_pair(k_index, v_index, (batch, None, None))
+    _ref._check_pools(k_pool, v_pool, d)
+    _ref._check_gqa(h_q, h_kv)
+    if seq_lens.shape != (batch,):
+        raise ValueError(f"seq_lens must have shape [{batch}], got {list(seq_lens.shape)}")
+    scale = _ref._scale(sm_scale, q)
+    splits = num_splits or default_splits(batch, h_kv, max_blocks, q.device)
+    from . import tl_decode
+
+    kernel = tl_decode.get_kernel(h_q, h_kv, d, _DTYPES[q.dtype])
+    o_part = torch.empty(batch, h_q, splits, d, dtype=torch.float32, device=q.device)
+    lse_part = torch.empty(batch, h_q, splits, dtype=torch.float32, device=q.device)
+    scale_log2 = torch.full((1,), scale * tl_decode.LOG2E, dtype=torch.float32, device=q.device)
+    kernel(q.contiguous(), _nonempty(k_pool.dense), _nonempty(k_pool.values), _nonempty(k_pool.meta),
+           _nonempty(v_pool.dense), _nonempty(v_pool.values), _nonempty(v_pool.meta),
+           k_index.contiguous(), v_index.contiguous(), seq_lens.to(torch.int32).contiguous(), scale_log2,
+           o_part, lse_part)
+    if splits == 1:
+        return o_part[:, :, 0].to(q.dtype), lse_part[:, :, 0]
+    lse = torch.logsumexp(lse_part, dim=-1)
+    w = torch.exp(lse_part - lse[..., None])
+    out = torch.einsum("bhs,bhsd->bhd", w, o_part)
+    return out.to(q.dtype), lse
+
+
+def compress_magnitude(blocks: torch.Tensor, operand: str, values: torch.Tensor | None = None,
+                       meta: torch.Tensor | None = None, slots: torch.Tensor | None = None
+                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Fused magnitude pruner + compressor for token-major blocks ``[N, 64, D]`` of ``operand``.
+
+    Equals ``mask = element_mask(blocks, operand)``; ``compress_blocks(blocks, mask, operand)``;
+    ``block_loss(blocks, mask)``. With ``values``/``meta`` (a sparse pool's tensors, e.g.
+    ``BlockPool.values``/``.meta``) and ``slots [N]`` int32, block ``n`` is written to slot
+    ``slots[n]`` (not at all where ``slots[n] < 0``: a loss-only pass); without them, fresh
+    ``[N, ...]`` tensors are returned. Returns ``(values, meta, loss [N] float32)``.
+    """
+    check_operand(operand)
+    d = check_blocks(blocks, "blocks")
+    if blocks.dim() != 3:
+        raise ValueError(f"blocks must have shape [N, {BLOCK_SIZE}, head_dim], got {list(blocks.shape)}")
+    n = blocks.shape[0]
+    vshape, mshape = sparse_shapes(operand, d)
+    if values is None:
+        values = torch.empty((n, *vshape), dtype=blocks.dtype, device=blocks.device)
+        meta = torch.empty((n, *mshape), dtype=META_DTYPE, device=blocks.device)
+        slots = torch.arange(n, dtype=torch.int32, device=blocks.device)
+    elif meta is None or slots is None:
+        raise ValueError("values, meta and slots must be given together")
+    if not (tilelang_available() and blocks.is_cuda and blocks.dtype in _DTYPES) or n == 0:
+        mask = element_mask(blocks, operand)
+        v, m = compress_blocks(blocks, mask, operand)
+        sel = slots >= 0
+        values[slots[sel].long()] = v[sel]
+        meta[slots[sel].long()] = m[sel]
+        return values, meta, block_loss(blocks, mask)
+    from . import tl_compress
+
+    loss = torch.empty(n, dtype=torch.float32, device=blocks.device)
+    kernel = tl_compress.get_kernel(operand, d, _DTYPES[blocks.dtype])
+    kernel(blocks.contiguous(), slots.to(torch.int32).contiguous(), values, meta, loss)
+    return values, meta, loss
+
+
+__all__ = ["tilelang_available", "decode_supported", "decode_attention", "compress_magnitude", "default_splits"]

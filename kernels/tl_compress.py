@@ -1,0 +1,111 @@
+"""TileLang compression kernel: fused magnitude 2:4 selection, values + int16 metadata, block loss.
+
+Same results as the reference (bit exact values and metadata; loss equal up to float32 summation
+order): ``mask = element_mask(blocks, operand)``, ``compress_blocks(blocks, mask, operand)``,
+``block_loss(blocks, mask)`` (``hs_kernels.pruner`` / ``hs_kernels.compressor``).
+
+One program per 64-token block: the token-major block is staged in shared memory; each 2:4 group
+(K: 4 consecutive channels of a token; V: 4 consecutive tokens of a channel) keeps its 2
+largest magnitudes (ties to the lower index, NaN largest: the reference's 6-comparison rank);
+the kept values and the nibbles are packed in shared memory and written with coalesced copies
+straight into pool slot ``slots[n]`` (skipped where ``slots[n] < 0``, so the same kernel computes
+only the losses); the loss of every block is always written.
+
+Shapes fixed at compile time: operand, head_dim, dtype; the number of blocks and of pool slots are
+symbolic. Imported only on CUDA (needs ``tilelang``); TileLang reads this file's source.
+"""
+
+import functools
+
+import tilelang
+import tilelang.language as T
+
+BS = 64
+
+
+def _kernel(operand: str, head_dim: int, dtype: str, threads: int = 128):
+    d = head_dim
+    n = T.symbolic("n_blocks")
+    n_slots = T.symbolic("n_slots")
+    rows, row_len = (BS, d) if operand == "k" else (d, BS)
+    groups = row_len // 4
+    words = row_len // 16
+    acc = "float32"
+    inf_bits = 0x7F80 if dtype == "bfloat16" else 0x7C00
+
+    def get(x_s, r, e):  # operand-layout element (row r, position e) of the token-major block
+        return x_s[r, e] if operand == "k" else x_s[e, r]
+
+    @T.prim_func
+    def compress(
+        blocks: T.Tensor((n, BS, d), dtype),
+        slots: T.Tensor((n,), "int32"),
+        values: T.Tensor((n_slots, rows, row_len // 2), dtype),
+        meta: T.Tensor((n_slots, rows, words), "int16"),
+        loss: T.Tensor((n,), acc),
+    ):
+        with T.Kernel(n, threads=threads) as bx:
+            x_s = T.alloc_shared((BS, d), dtype)
+            val_s = T.alloc_shared((rows, row_len // 2), dtype)
+            nib_s = T.alloc_shared((rows, groups), "int32")
+            meta_s = T.alloc_shared((rows, words), "int16")
+            lg = T.alloc_fragment((rows, groups), acc)
+            lr = T.alloc_fragment((rows,), acc)
+            lr_s = T.alloc_shared((rows,), acc)
+            lt = T.alloc_fragment((1, rows), acc)
+            tot = T.alloc_fragment((1,), acc)
+
+            T.copy(blocks[bx, 0:BS, 0:d], x_s)
+            for r, gi in T.Parallel(rows, groups):
+                x0 = T.cast(get(x_s, r, gi * 4 + 0), acc)
+                x1 = T.cast(get(x_s, r, gi * 4 + 1), acc)
+                x2 = T.cast(get(x_s, r, gi * 4 + 2), acc)
+                x3 = T.cast(get(x_s, r, gi * 4 + 3), acc)
+                # magnitudes compared as integer bit patterns |bits| (monotonic for IEEE halves),
+                # clamped at +inf so that NaN ties with inf, as the reference's nan_to_num(inf)
+                a0 = T.min(T.cast(T.reinterpret(get(x_s, r, gi * 4 + 0), "int16"), "int32") & 0x7FFF, inf_bits)
+                a1 = T.min(T.cast(T.reinterpret(get(x_s, r, gi * 4 + 1), "int16"), "int32") & 0x7FFF, inf_bits)
+                a2 = T.min(T.cast(T.reinterpret(get(x_s, r, gi * 4 + 2), "int16"), "int32") & 0x7FFF, inf_bits)
+                a3 = T.min(T.cast(T.reinterpret(get(x_s, r, gi * 4 + 3), "int16"), "int32") & 0x7FFF, inf_bits)
+                b01 = T.cast(a0 >= a1, "int32")
+                b02 = T.cast(a0 >= a2, "int32")
+                b03 = T.cast(a0 >= a3, "int32")
+                b12 = T.cast(a1 >= a2, "int32")
+                b13 = T.cast(a1 >= a3, "int32")
+                b23 = T.cast(a2 >= a3, "int32")
+                k0 = T.cast(3 - (b01 + b02 + b03) < 2, "int32")
+                k1 = T.cast(b01 + 2 - (b12 + b13) < 2, "int32")
+                k2 = T.cast(b02 + b12 + 1 - b23 < 2, "int32")
+                # exactly two of k0..k3 are set: idx0 = first kept, idx1 = second kept
+                idx0 = T.if_then_else(k0 == 1, 0, T.if_then_else(k1 == 1, 1, 2))
+                idx1 = T.if_then_else(k0 + k1 == 2, 1, T.if_then_else(k0 + k1 + k2 == 2, 2, 3))
+                nib_s[r, gi] = idx0 | (idx1 << 2)
+                val_s[r, gi * 2] = get(x_s, r, gi * 4 + idx0)
+                val_s[r, gi * 2 + 1] = get(x_s, r, gi * 4 + idx1)
+                # L1 of the pruned elements, float32 (k3 = 2 - k0 - k1 - k2)
+                lg[r, gi] = (T.if_then_else(k0 == 1, 0.0, T.abs(x0)) + T.if_then_else(k1 == 1, 0.0, T.abs(x1))
+                             + T.if_then_else(k2 == 1, 0.0, T.abs(x2))
+                             + T.if_then_else(k0 + k1 + k2 == 2, 0.0, T.abs(x3)))
+            for r, w in T.Parallel(rows, words):
+                word = (nib_s[r, w * 4] | (nib_s[r, w * 4 + 1] << 4) | (nib_s[r, w * 4 + 2] << 8)
+                        | (nib_s[r, w * 4 + 3] << 12))
+                meta_s[r, w] = T.cast(T.if_then_else(word >= 32768, word - 65536, word), "int16")
+            T.reduce_sum(lg, lr, dim=1)
+            T.copy(lr, lr_s)
+            for i, r in T.Parallel(1, rows):
+                lt[i, r] = lr_s[r]
+            T.reduce_sum(lt, tot, dim=1)
+            for i in T.Parallel(1):
+                loss[bx] = tot[i]
+            slot = slots[bx]
+            if slot >= 0:
+                T.copy(val_s, values[slot, 0:rows, 0:row_len // 2])
+                T.copy(meta_s, meta[slot, 0:rows, 0:words])
+
+    return compress
+
+
+@functools.lru_cache(maxsize=None)
+def get_kernel(operand: str, head_dim: int, dtype: str):
+    """Compiled compression kernel for one (operand, head_dim, dtype); cached per process."""
+    return tilelang.compile(_kernel(operand, head_dim, dtype), target="cuda")
