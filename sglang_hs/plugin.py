@@ -122,6 +122,12 @@ def _get_last_loc(original, req_to_token, req_pool_indices, prefix_lens):
     return original(req_to_token, req_pool_indices, prefix_lens)
 
 
+def _on_idle(result, scheduler, *args, **kwargs):
+    stats = getattr(getattr(scheduler, "tree_cache", None), "stats", None)
+    if stats is not None:
+        stats.on_idle()
+
+
 # ---- registries ----
 
 def _create_backend(runner):
@@ -163,6 +169,7 @@ def register() -> None:
     HookRegistry.register(f"{cfg}._build_token_to_kv_pool_allocator", _build_allocator, HookType.AROUND)
     HookRegistry.register("sglang.srt.model_executor.pool_configurator.DefaultPoolConfigurator._compute_cell_size",
                           _cell_size, HookType.AROUND)
+    HookRegistry.register("sglang.srt.managers.scheduler.Scheduler.on_idle", _on_idle, HookType.AFTER)
     HookRegistry.register("sglang.srt.utils.common.support_triton", _support_triton, HookType.AROUND)
     HookRegistry.register("sglang.srt.mem_cache.allocation.get_last_loc", _get_last_loc, HookType.AROUND)
     HookRegistry.register("sglang.srt.server_args.ServerArgs.__post_init__", _check_server_args, HookType.BEFORE)

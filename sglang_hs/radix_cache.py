@@ -45,14 +45,20 @@ class HSRadixCache(RadixCache):
         finally:
             self._internal_match = False
         self.stats.maybe_publish()
+        self.stats.dirty = True
 
     def cache_finished_req(self, req, is_insert: bool = True, *, kv_len_to_handle: int):
         if not self.disable and is_insert and not self.disable_finished_insert:
             self._compress(req, kv_len_to_handle)
         super().cache_finished_req(req, is_insert, kv_len_to_handle=kv_len_to_handle)
-        self.stats.maybe_publish(force=True)
+        self.stats.dirty = True  # published when the scheduler is idle (after SGLang's deferred frees)
+
+    def evict(self, params):
+        result = super().evict(params)
+        self.stats.dirty = True
+        return result
 
     def reset(self):
         super().reset()
         if hasattr(self, "stats"):
-            self.stats.maybe_publish(force=True)
+            self.stats.dirty = True

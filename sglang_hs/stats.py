@@ -32,6 +32,7 @@ class HSStats:
         self.prefix_queries = self.prefix_query_tokens = self.prefix_hit_tokens = 0
         self.blocks_compressed = 0
         self._last_log = 0.0
+        self.dirty = True  # something changed since the last publish
 
     def attach(self, pool, cache):
         self.pool, self.cache = pool, cache
@@ -64,6 +65,8 @@ class HSStats:
         if self.cache is not None:
             out["tree_tokens"] = self.cache.total_size()
             out["evictable_tokens"] = self.cache.evictable_size()
+            alloc = self.cache.token_to_kv_pool_allocator
+            out["free_pages"] = len(alloc.free_pages) + len(alloc.release_pages)
         return out
 
     def _dense_block_bytes(self) -> int:
@@ -95,16 +98,23 @@ class HSStats:
                         problems.append(f"layer {i} {op} {kind}: a slot is referenced twice")
         return problems
 
+    def on_idle(self):
+        """The scheduler is idle (deferred frees done): publish what changed."""
+        if self.dirty:
+            self.maybe_publish(force=True)
+
     def maybe_publish(self, force: bool = False):
         now = time.monotonic()
+        self.dirty = True
         if not force and now - self._last_log < 1.0:
             return
+        self.dirty = False
         snap = self.snapshot()
         tmp = f"{self.path}.tmp{os.getpid()}"
         with open(tmp, "w") as f:
             json.dump(snap, f)
         os.replace(tmp, self.path)
-        if now - self._last_log >= self.log_interval_s or force:
+        if now - self._last_log >= self.log_interval_s:
             logger.info("hs stats: %s", {k: v for k, v in snap.items() if k != "settings"})
         self._last_log = now
 
