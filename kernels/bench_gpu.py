@@ -66,7 +66,7 @@ def decode_inputs(batch, ctx, s_k, s_v, gen):
 PREBUILD = [("decode", (32, 8, 128, "bfloat16")), ("decode", (32, 8, 128, "float16")),
             ("decode", (16, 2, 64, "bfloat16")), ("decode", (6, 6, 64, "float16")),
             ("decode", (40, 2, 128, "bfloat16")), ("decode", (64, 1, 64, "float16")),
-            ("decode", (8, 2, 256, "bfloat16")),
+            ("decode", (8, 2, 256, "bfloat16")), ("decode", (32, 8, 128, "bfloat16", 256)),
             ("compress", ("k", 128, "bfloat16")), ("compress", ("v", 128, "bfloat16")),
             ("compress", ("k", 64, "float16")), ("compress", ("v", 64, "float16")),
             ("compress", ("k", 128, "float16")), ("compress", ("v", 256, "bfloat16"))]
@@ -120,7 +120,7 @@ def main():
         try:
             with sdpa_kernel([backend]):
                 ms = bench(lambda: F.scaled_dot_product_attention(q[:, :, None], kd, vd, enable_gqa=True))
-            rows.append((f"decode B={b} {ctx // 1024}K", name, ms, dense_bytes / ms / 1e9, None))
+            rows.append((f"decode B={b} {ctx // 1024}K", name, ms, dense_bytes / ms / 1e6, None))
         except RuntimeError as e:
             rows.append((f"decode B={b} {ctx // 1024}K", f"{name} (failed: {str(e)[:40]})", float("nan"), 0, None))
     del kd, vd
@@ -130,11 +130,14 @@ def main():
     sl = torch.full((b,), ctx, dtype=torch.int32, device="cuda")
     for s_k, s_v in settings:
         k_pool, v_pool, k_index, v_index, nbytes = decode_inputs(b, ctx, s_k, s_v, gen)
-        split_list = [None] if (s_k, s_v) not in ((0, 0), (1, 1)) else [None, 8, 16, 24, 32, 48, 64]
-        for splits in split_list:
-            ms = bench(lambda: gpu.decode_attention(q, k_pool, v_pool, k_index, v_index, sl, num_splits=splits))
-            label = f"ours S_K={s_k} S_V={s_v}" + ("" if splits is None else f" splits={splits}")
-            rows.append((f"decode B={b} {ctx // 1024}K", label, ms, nbytes / ms / 1e9, base / ms))
+        variants = [(None, None)] if (s_k, s_v) not in ((0, 0), (1, 1)) else [
+            (None, None), (16, None), (24, None), (48, None), (None, 256), (24, 256), (48, 256)]
+        for splits, threads in variants:
+            ms = bench(lambda: gpu.decode_attention(q, k_pool, v_pool, k_index, v_index, sl,
+                                                    num_splits=splits, threads=threads))
+            label = (f"ours S_K={s_k} S_V={s_v}" + ("" if splits is None else f" splits={splits}")
+                     + ("" if threads is None else f" threads={threads}"))
+            rows.append((f"decode B={b} {ctx // 1024}K", label, ms, nbytes / ms / 1e6, base / ms))
         del k_pool, v_pool
 
     # compression of 32K tokens x 8 KV heads (K and V), vs cuDNN causal prefill of the same tokens
@@ -150,7 +153,7 @@ def main():
     vblocks = vp[0].reshape(H_KV * t // BLOCK_SIZE, BLOCK_SIZE, D)
     ms = bench(lambda: (gpu.compress_magnitude(blocks, "k"), gpu.compress_magnitude(vblocks, "v")))
     cbytes = 2 * blocks.numel() * 2 * (1 + 0.5 + 1 / 8)
-    rows.append(("compress K+V 32Kx8", f"ours ({100 * ms / pre:.2f}% of cuDNN prefill)", ms, cbytes / ms / 1e9, None))
+    rows.append(("compress K+V 32Kx8", f"ours ({100 * ms / pre:.2f}% of cuDNN prefill)", ms, cbytes / ms / 1e6, None))
 
     dev = torch.cuda.get_device_name()
     print(f"\n{dev}, torch {torch.__version__}, B={b}, ctx={ctx}, {H_Q}/{H_KV} heads, d {D}, bf16")

@@ -26,6 +26,7 @@ from .pruner import block_loss, element_mask
 _DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
 _DECODE_HEAD_DIMS = (64, 128, 256)
 _MAX_GROUP = 64
+_THREADS = int(os.environ.get("HS_DECODE_THREADS", "128"))
 
 
 @functools.lru_cache(maxsize=None)
@@ -62,11 +63,11 @@ def _nonempty(x: torch.Tensor) -> torch.Tensor:
 
 def decode_attention(q: torch.Tensor, k_pool: BlockPool, v_pool: BlockPool,
                      k_index: torch.Tensor, v_index: torch.Tensor, seq_lens: torch.Tensor,
-                     sm_scale: float | None = None, num_splits: int | None = None
-                     ) -> tuple[torch.Tensor, torch.Tensor]:
+                     sm_scale: float | None = None, num_splits: int | None = None,
+                     threads: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """``hs_kernels.attention.decode_attention`` on the TileLang kernel where supported (see module doc).
 
-    ``num_splits`` (optional) overrides the split-KV count. No host synchronisation on the GPU path
+    ``num_splits`` / ``threads`` (optional) override the split-KV count / threads per program. No host synchronisation on the GPU path
     (seq_lens are not range-checked there: they must lie in ``[1, 64 * max_blocks]``).
     """
     if not decode_supported(q, k_pool, v_pool, k_index):
@@ -81,7 +82,7 @@ def decode_attention(q: torch.Tensor, k_pool: BlockPool, v_pool: BlockPool,
     splits = num_splits or default_splits(batch, h_kv, max_blocks, q.device)
     from . import tl_decode
 
-    kernel = tl_decode.get_kernel(h_q, h_kv, d, _DTYPES[q.dtype])
+    kernel = tl_decode.get_kernel(h_q, h_kv, d, _DTYPES[q.dtype], threads or _THREADS)
     o_part = torch.empty(batch, h_q, splits, d, dtype=torch.float32, device=q.device)
     lse_part = torch.empty(batch, h_q, splits, dtype=torch.float32, device=q.device)
     scale_log2 = torch.full((1,), scale * tl_decode.LOG2E, dtype=torch.float32, device=q.device)
@@ -129,10 +130,10 @@ def compress_magnitude(blocks: torch.Tensor, operand: str, values: torch.Tensor 
         return values, meta, block_loss(blocks, mask)
     from . import tl_compress
 
-    loss = torch.empty(n, dtype=torch.float32, device=blocks.device)
+    loss_rows = torch.empty(n, vshape[0], dtype=torch.float32, device=blocks.device)
     kernel = tl_compress.get_kernel(operand, d, _DTYPES[blocks.dtype])
-    kernel(blocks.contiguous(), slots.to(torch.int32).contiguous(), values, meta, loss)
-    return values, meta, loss
+    kernel(blocks.contiguous(), slots.to(torch.int32).contiguous(), values, meta, loss_rows)
+    return values, meta, loss_rows.sum(dim=1)
 
 
 __all__ = ["tilelang_available", "decode_supported", "decode_attention", "compress_magnitude", "default_splits"]

@@ -9,7 +9,7 @@ One program per 64-token block: the token-major block is staged in shared memory
 largest magnitudes (ties to the lower index, NaN largest: the reference's 6-comparison rank);
 the kept values and the nibbles are packed in shared memory and written with coalesced copies
 straight into pool slot ``slots[n]`` (skipped where ``slots[n] < 0``, so the same kernel computes
-only the losses); the loss of every block is always written.
+only the losses); the per-row losses of every block are always written (summed per block by the caller).
 
 Shapes fixed at compile time: operand, head_dim, dtype; the number of blocks and of pool slots are
 symbolic. Imported only on CUDA (needs ``tilelang``); TileLang reads this file's source.
@@ -25,8 +25,8 @@ BS = 64
 
 def _kernel(operand: str, head_dim: int, dtype: str, threads: int = 128):
     d = head_dim
-    n = T.symbolic("n_blocks")
-    n_slots = T.symbolic("n_slots")
+    n = T.dynamic("n_blocks")
+    n_slots = T.dynamic("n_slots")
     rows, row_len = (BS, d) if operand == "k" else (d, BS)
     groups = row_len // 4
     words = row_len // 16
@@ -42,7 +42,7 @@ def _kernel(operand: str, head_dim: int, dtype: str, threads: int = 128):
         slots: T.Tensor((n,), "int32"),
         values: T.Tensor((n_slots, rows, row_len // 2), dtype),
         meta: T.Tensor((n_slots, rows, words), "int16"),
-        loss: T.Tensor((n,), acc),
+        loss_rows: T.Tensor((n, rows), acc),
     ):
         with T.Kernel(n, threads=threads) as bx:
             x_s = T.alloc_shared((BS, d), dtype)
@@ -51,9 +51,6 @@ def _kernel(operand: str, head_dim: int, dtype: str, threads: int = 128):
             meta_s = T.alloc_shared((rows, words), "int16")
             lg = T.alloc_fragment((rows, groups), acc)
             lr = T.alloc_fragment((rows,), acc)
-            lr_s = T.alloc_shared((rows,), acc)
-            lt = T.alloc_fragment((1, rows), acc)
-            tot = T.alloc_fragment((1,), acc)
 
             T.copy(blocks[bx, 0:BS, 0:d], x_s)
             for r, gi in T.Parallel(rows, groups):
@@ -91,12 +88,7 @@ def _kernel(operand: str, head_dim: int, dtype: str, threads: int = 128):
                         | (nib_s[r, w * 4 + 3] << 12))
                 meta_s[r, w] = T.cast(T.if_then_else(word >= 32768, word - 65536, word), "int16")
             T.reduce_sum(lg, lr, dim=1)
-            T.copy(lr, lr_s)
-            for i, r in T.Parallel(1, rows):
-                lt[i, r] = lr_s[r]
-            T.reduce_sum(lt, tot, dim=1)
-            for i in T.Parallel(1):
-                loss[bx] = tot[i]
+            T.copy(lr, loss_rows[bx, 0:rows])
             slot = slots[bx]
             if slot >= 0:
                 T.copy(val_s, values[slot, 0:rows, 0:row_len // 2])

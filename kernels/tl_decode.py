@@ -30,13 +30,13 @@ LN2 = 0.6931471805599453
 def _kernel(h_q: int, h_kv: int, head_dim: int, dtype: str, block_h: int, threads: int = 128):
     g = h_q // h_kv
     d = head_dim
-    batch = T.symbolic("batch")
-    max_blocks = T.symbolic("max_blocks")
-    nd_k = T.symbolic("nd_k")
-    ns_k = T.symbolic("ns_k")
-    nd_v = T.symbolic("nd_v")
-    ns_v = T.symbolic("ns_v")
-    splits = T.symbolic("splits")
+    batch = T.dynamic("batch")
+    max_blocks = T.dynamic("max_blocks")
+    nd_k = T.dynamic("nd_k")
+    ns_k = T.dynamic("ns_k")
+    nd_v = T.dynamic("nd_v")
+    ns_v = T.dynamic("ns_v")
+    splits = T.dynamic("splits")
     acc = "float32"
 
     @T.prim_func
@@ -59,6 +59,7 @@ def _kernel(h_q: int, h_kv: int, head_dim: int, dtype: str, block_h: int, thread
             q_s = T.alloc_shared((block_h, d), dtype)
             k_s = T.alloc_shared((BS, d), dtype)
             v_s = T.alloc_shared((BS, d), dtype)
+            vt_s = T.alloc_shared((d, BS), dtype)
             kv_s = T.alloc_shared((BS, d // 2), dtype)
             km_s = T.alloc_shared((BS, d // 16), "int16")
             vv_s = T.alloc_shared((d, BS // 2), dtype)
@@ -101,16 +102,17 @@ def _kernel(h_q: int, h_kv: int, head_dim: int, dtype: str, block_h: int, thread
                         k_s[t, c] = T.if_then_else(
                             pos == (nib & 3), kv_s[t, (c // 4) * 2],
                             T.if_then_else(pos == (nib >> 2), kv_s[t, (c // 4) * 2 + 1], T.cast(0, dtype)))
-                # ---- V block -> v_s (token-major [64, D]); sparse V is 2:4 along tokens per channel
+                # ---- V block -> v_s (dense, token-major [64, D]) or vt_s (sparse: 2:4 along tokens)
                 if ve >= 0:
                     T.copy(v_dense[ve, 0:BS, 0:d], v_s)
                 else:
                     T.copy(v_vals[-ve - 1, 0:d, 0:BS // 2], vv_s)
                     T.copy(v_meta[-ve - 1, 0:d, 0:BS // 16], vm_s)
-                    for t, c in T.Parallel(BS, d):
+                    # decompress channel-major (contiguous along tokens), consumed as V^T below
+                    for c, t in T.Parallel(d, BS):
                         nib = (T.cast(vm_s[c, t // 16], "int32") >> ((t // 4) % 4 * 4)) & 15
                         pos = t % 4
-                        v_s[t, c] = T.if_then_else(
+                        vt_s[c, t] = T.if_then_else(
                             pos == (nib & 3), vv_s[c, (t // 4) * 2],
                             T.if_then_else(pos == (nib >> 2), vv_s[c, (t // 4) * 2 + 1], T.cast(0, dtype)))
                 # ---- scores and online softmax (base 2)
@@ -129,7 +131,10 @@ def _kernel(h_q: int, h_kv: int, head_dim: int, dtype: str, block_h: int, thread
                 for i, c in T.Parallel(block_h, d):
                     acc_o[i, c] *= rescale[i]
                 T.copy(acc_s, p_s)
-                T.gemm(p_s, v_s, acc_o, policy=T.GemmWarpPolicy.FullCol)
+                if ve >= 0:
+                    T.gemm(p_s, v_s, acc_o, policy=T.GemmWarpPolicy.FullCol)
+                else:
+                    T.gemm(p_s, vt_s, acc_o, transpose_B=True, policy=T.GemmWarpPolicy.FullCol)
 
             for i, c in T.Parallel(block_h, d):
                 if i < g:
@@ -143,8 +148,8 @@ def _kernel(h_q: int, h_kv: int, head_dim: int, dtype: str, block_h: int, thread
 
 
 @functools.lru_cache(maxsize=None)
-def get_kernel(h_q: int, h_kv: int, head_dim: int, dtype: str):
+def get_kernel(h_q: int, h_kv: int, head_dim: int, dtype: str, threads: int = 128):
     """Compiled decode kernel for one (heads, head_dim, dtype); cached per process (and on disk by TileLang)."""
     g = h_q // h_kv
     block_h = max(16, 1 << math.ceil(math.log2(g)))
-    return tilelang.compile(_kernel(h_q, h_kv, head_dim, dtype, block_h), target="cuda")
+    return tilelang.compile(_kernel(h_q, h_kv, head_dim, dtype, block_h, threads), target="cuda")

@@ -111,3 +111,18 @@ def test_decode_default_splits_and_dispatch():
     assert torch.isfinite(out).all()
     assert rel_err(out, r_out) < 1e-2
     assert (lse - r_lse).abs().max().item() < 1e-2
+
+
+@pytest.mark.parametrize("splits", [1, 7])
+def test_decode_256_threads(splits):
+    """The 256-thread tile (8 warps along N) on the Llama shape, mixed blocks."""
+    batch, h_q, h_kv, d, dtype, seq_lens, p_k, p_v = CASES[0]
+    gen = torch.Generator(device="cuda")
+    gen.seed()
+    k_pool, v_pool, k_index, v_index, sl = make_case(batch, h_kv, d, seq_lens, p_k, p_v, dtype, gen)
+    q = torch.randn(batch, h_q, d, generator=gen, device="cuda").to(dtype)
+    out, lse = gpu.decode_attention(q, k_pool, v_pool, k_index, v_index, sl, num_splits=splits, threads=256)
+    r_out, r_lse = ref.decode_attention(q, k_pool, v_pool, k_index, v_index, sl)
+    assert torch.isfinite(out).all()
+    assert rel_err(out, r_out) < 1e-2
+    assert (lse - r_lse).abs().max().item() < 1e-2
