@@ -2,6 +2,7 @@
 
 import json
 import os
+import time
 
 import pytest
 
@@ -75,6 +76,7 @@ def test_cached_prefix_equals_cold_and_bytes_match_size_model(models, placeholde
     try:
         first = hs.generate(PREFIX + SUFFIXES[0], GREEDY)
         cached = hs.generate(PREFIX + SUFFIXES[1], GREEDY)
+        time.sleep(1.5)  # stats are published when the scheduler goes idle
         with open(stats_path) as f:
             stats = json.load(f)
         hs.flush_cache()
