@@ -12,10 +12,11 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import hs_recipes
 from hs_kernels import BLOCK_SIZE, SparsityConfig
 
 ENV_ARGS = "SGLANG_HS_ARGS"
-RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
+RECIPES_DIR = Path(hs_recipes.__file__).resolve().parent
 PREPARE_HINT = "prepare it first: hs-prep convert MODEL --output DIR, then serve DIR"
 
 
