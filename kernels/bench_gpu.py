@@ -131,7 +131,7 @@ def main():
     for s_k, s_v in settings:
         k_pool, v_pool, k_index, v_index, nbytes = decode_inputs(b, ctx, s_k, s_v, gen)
         variants = [(None, None)] if (s_k, s_v) not in ((0, 0), (1, 1)) else [
-            (None, None), (16, None), (24, None), (48, None), (None, 256), (24, 256), (48, 256)]
+            (None, None), (16, None), (48, None), (None, 256)]
         for splits, threads in variants:
             ms = bench(lambda: gpu.decode_attention(q, k_pool, v_pool, k_index, v_index, sl,
                                                     num_splits=splits, threads=threads))

@@ -49,10 +49,10 @@ def decode_supported(q: torch.Tensor, k_pool: BlockPool, v_pool: BlockPool, k_in
 
 
 def default_splits(batch: int, h_kv: int, max_blocks: int, device: torch.device) -> int:
-    """Split count so that the (split, KV head, sequence) programs fill the GPU about twice."""
+    """Split count: about 12 programs per SM over all (split, KV head, sequence) (measured best on the
+    H200 at B=8, 32K: 24 splits; 16 and 48 within 5%)."""
     sms = torch.cuda.get_device_properties(device).multi_processor_count
-    resident = 4 * sms  # ~56 KB of shared memory per program at d 128
-    splits = max(1, (2 * resident) // max(1, batch * h_kv))
+    splits = max(1, (12 * sms) // max(1, batch * h_kv))
     return max(1, min(splits, max(1, max_blocks // 4)))
 
 
@@ -130,10 +130,10 @@ def compress_magnitude(blocks: torch.Tensor, operand: str, values: torch.Tensor 
         return values, meta, block_loss(blocks, mask)
     from . import tl_compress
 
-    loss_rows = torch.empty(n, vshape[0], dtype=torch.float32, device=blocks.device)
+    loss_rows = torch.empty(n, vshape[0], 2, dtype=torch.float32, device=blocks.device)
     kernel = tl_compress.get_kernel(operand, d, _DTYPES[blocks.dtype])
     kernel(blocks.contiguous(), slots.to(torch.int32).contiguous(), values, meta, loss_rows)
-    return values, meta, loss_rows.sum(dim=1)
+    return values, meta, loss_rows.sum(dim=(1, 2))
 
 
 __all__ = ["tilelang_available", "decode_supported", "decode_attention", "compress_magnitude", "default_splits"]

@@ -9,13 +9,14 @@ One program per 64-token block: the token-major block is staged in shared memory
 largest magnitudes (ties to the lower index, NaN largest: the reference's 6-comparison rank);
 the kept values and the nibbles are packed in shared memory and written with coalesced copies
 straight into pool slot ``slots[n]`` (skipped where ``slots[n] < 0``, so the same kernel computes
-only the losses); the per-row losses of every block are always written (summed per block by the caller).
+only the losses); the per-half-row losses of every block are always written (summed per block by the caller).
 
 Shapes fixed at compile time: operand, head_dim, dtype; the number of blocks and of pool slots are
 symbolic. Imported only on CUDA (needs ``tilelang``); TileLang reads this file's source.
 """
 
 import functools
+import operator
 
 import tilelang
 import tilelang.language as T
@@ -36,21 +37,24 @@ def _kernel(operand: str, head_dim: int, dtype: str, threads: int = 128):
     def get(x_s, r, e):  # operand-layout element (row r, position e) of the token-major block
         return x_s[r, e] if operand == "k" else x_s[e, r]
 
+    def half_row_sum(buf, r, h):  # unrolled buf[r, h * G/2] + ... + buf[r, h * G/2 + G/2 - 1]
+        half = groups // 2
+        return functools.reduce(operator.add, [buf[r, h * half + gi] for gi in range(half)])
+
     @T.prim_func
     def compress(
         blocks: T.Tensor((n, BS, d), dtype),
         slots: T.Tensor((n,), "int32"),
         values: T.Tensor((n_slots, rows, row_len // 2), dtype),
         meta: T.Tensor((n_slots, rows, words), "int16"),
-        loss_rows: T.Tensor((n, rows), acc),
+        loss_rows: T.Tensor((n, rows, 2), acc),
     ):
         with T.Kernel(n, threads=threads) as bx:
             x_s = T.alloc_shared((BS, d), dtype)
             val_s = T.alloc_shared((rows, row_len // 2), dtype)
             nib_s = T.alloc_shared((rows, groups), "int32")
             meta_s = T.alloc_shared((rows, words), "int16")
-            lg = T.alloc_fragment((rows, groups), acc)
-            lr = T.alloc_fragment((rows,), acc)
+            lg_s = T.alloc_shared((rows, groups), acc)
 
             T.copy(blocks[bx, 0:BS, 0:d], x_s)
             for r, gi in T.Parallel(rows, groups):
@@ -80,15 +84,17 @@ def _kernel(operand: str, head_dim: int, dtype: str, threads: int = 128):
                 val_s[r, gi * 2] = get(x_s, r, gi * 4 + idx0)
                 val_s[r, gi * 2 + 1] = get(x_s, r, gi * 4 + idx1)
                 # L1 of the pruned elements, float32 (k3 = 2 - k0 - k1 - k2)
-                lg[r, gi] = (T.if_then_else(k0 == 1, 0.0, T.abs(x0)) + T.if_then_else(k1 == 1, 0.0, T.abs(x1))
+                lg_s[r, gi] = (T.if_then_else(k0 == 1, 0.0, T.abs(x0)) + T.if_then_else(k1 == 1, 0.0, T.abs(x1))
                              + T.if_then_else(k2 == 1, 0.0, T.abs(x2))
                              + T.if_then_else(k0 + k1 + k2 == 2, 0.0, T.abs(x3)))
             for r, w in T.Parallel(rows, words):
                 word = (nib_s[r, w * 4] | (nib_s[r, w * 4 + 1] << 4) | (nib_s[r, w * 4 + 2] << 8)
                         | (nib_s[r, w * 4 + 3] << 12))
                 meta_s[r, w] = T.cast(T.if_then_else(word >= 32768, word - 65536, word), "int16")
-            T.reduce_sum(lg, lr, dim=1)
-            T.copy(lr, loss_rows[bx, 0:rows])
+            # per half-row sums, serial over the groups: rows * 2 >= 128 items, one or more per thread
+            # (a parallel loop with fewer items than threads was mapped out of bounds)
+            for r, h in T.Parallel(rows, 2):
+                loss_rows[bx, r, h] = half_row_sum(lg_s, r, h)
             slot = slots[bx]
             if slot >= 0:
                 T.copy(val_s, values[slot, 0:rows, 0:row_len // 2])
