@@ -133,7 +133,9 @@ def compress_magnitude(blocks: torch.Tensor, operand: str, values: torch.Tensor 
     loss_rows = torch.empty(n, vshape[0], 2, dtype=torch.float32, device=blocks.device)
     kernel = tl_compress.get_kernel(operand, d, _DTYPES[blocks.dtype])
     kernel(blocks.contiguous(), slots.to(torch.int32).contiguous(), values, meta, loss_rows)
-    return values, meta, loss_rows.sum(dim=(1, 2))
+    # The kernel's fused per-row losses came out NaN on the H200 (values and metadata are bit exact);
+    # until that is found, the loss is the reference's, computed here on the GPU (see NOTES_GPU.md).
+    return values, meta, block_loss(blocks, element_mask(blocks, operand))
 
 
 __all__ = ["tilelang_available", "decode_supported", "decode_attention", "compress_magnitude", "default_splits"]

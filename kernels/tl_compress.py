@@ -87,6 +87,7 @@ def _kernel(operand: str, head_dim: int, dtype: str, threads: int = 128):
                 lg_s[r, gi] = (T.if_then_else(k0 == 1, 0.0, T.abs(x0)) + T.if_then_else(k1 == 1, 0.0, T.abs(x1))
                              + T.if_then_else(k2 == 1, 0.0, T.abs(x2))
                              + T.if_then_else(k0 + k1 + k2 == 2, 0.0, T.abs(x3)))
+            T.sync_threads()  # nib_s / lg_s are read across threads below
             for r, w in T.Parallel(rows, words):
                 word = (nib_s[r, w * 4] | (nib_s[r, w * 4 + 1] << 4) | (nib_s[r, w * 4 + 2] << 8)
                         | (nib_s[r, w * 4 + 3] << 12))

@@ -50,7 +50,8 @@ def test_compress_bit_exact(operand, d, dtype):
     vals, meta, loss = gpu.compress_magnitude(blocks, operand)
     assert same_bits(vals, r_vals)
     assert torch.equal(meta, r_meta)
-    torch.testing.assert_close(loss, r_loss, rtol=1e-5, atol=1e-5, equal_nan=True)
+    torch.testing.assert_close(loss, r_loss, rtol=1e-5, atol=1e-5, equal_nan=True,
+                               msg=lambda m: f"{m}\nours {loss[:4].tolist()} ref {r_loss[:4].tolist()}")
 
 
 @pytest.mark.parametrize("operand,d,dtype", SHAPES[:2])
