@@ -89,6 +89,10 @@ def split_sentences(text: str) -> list[str]:
     return [s.strip() for s in re.split(r"(?<=[.!?])\s+", text) if s.strip()]
 
 
+SOURCE_PASSKEY_FILLER = "repeated passkey filler (grass/sky/sun)"
+PASSKEY_FILLER = ("The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. ")
+
+
 class Builder:
     """Fits haystack sentences + needles to a token budget with the model's tokenizer."""
 
@@ -100,6 +104,8 @@ class Builder:
             raise ValueError("haystack text has fewer than 50 sentences")
         # token counts per sentence (with a leading space, as they appear joined)
         self.lens = [len(ids) for ids in tokenizer([" " + s for s in self.sentences], add_special_tokens=False)["input_ids"]]
+        self.filler = split_sentences(PASSKEY_FILLER * 2)[:5]
+        self.filler_lens = [len(ids) for ids in tokenizer([" " + s for s in self.filler], add_special_tokens=False)["input_ids"]]
 
     def render(self, intro: str, context: str, question: Question) -> list[dict]:
         return [{"role": "user", "content": f"{intro}\n\n{context}\n\n{question.text}"}]
@@ -121,14 +127,21 @@ class Builder:
         budget = length - overhead
         if budget < 32:
             raise ValueError(f"length {length} is too short for task {task} (needs more than {overhead + 32} tokens)")
-        n = len(self.sentences)
-        start = rng.randrange(n)
-        picked, total, i = [], 0, start
+        if task == "passkey":  # the classic passkey haystack: one repeated paragraph, as in the passkey literature
+            sentences, lens = self.filler, self.filler_lens
+            # a distinct opening line per sample, so samples share no cached prefix
+            opening = f"This is document {rng.choice(_ADJ)} {rng.choice(_NOUN)} {rng.choice(_ADJ)} {rng.choice(_NOUN)}."
+            picked, total, i = [opening], len(self.tok(" " + opening, add_special_tokens=False)["input_ids"]), 0
+        else:
+            sentences, lens = self.sentences, self.lens
+            i = rng.randrange(len(sentences))
+            picked, total = [], 0
+        n = len(sentences)
         while total < budget:
-            picked.append(self.sentences[i % n])
-            total += self.lens[i % n]
+            picked.append(sentences[i % n])
+            total += lens[i % n]
             i += 1
-            if len(picked) > n:
+            if task != "passkey" and len(picked) > n:
                 raise ValueError("haystack text is too short for this length")
         while True:
             context = self._insert(picked, needles)
@@ -166,7 +179,7 @@ def make_sample(builder: Builder, task: str, length: int, depth: float | None, i
             needles = [(p, f"The {names[j]} pass key is {k}. Remember it. {k} is the {names[j]} pass key.")
                        for j, (p, k) in enumerate(zip(pos, kq))]
             questions = [Question(f"What is the {names[j]} pass key?", f"The {names[j]} pass key is", [k]) for j, k in enumerate(kq)]
-        max_new = 12
+        max_new = 8
     elif task in ("niah_single", "niah_multikey"):
         n_needles = 1 if task == "niah_single" else 4
         n_needles = max(n_needles, n_questions)
@@ -177,7 +190,7 @@ def make_sample(builder: Builder, task: str, length: int, depth: float | None, i
         questions = [Question(f"What is the special magic number for {k} mentioned in the provided text?",
                               f"The special magic number for {k} mentioned in the provided text is", [v])
                      for k, v in zip(ks[:max(1, n_questions)], vs)]
-        max_new = 16
+        max_new = 10
         extra["distractors"] = n_needles - 1
     else:  # vt: one chain of 4 hops spread over the context, one question per chain
         n_chains = max(1, n_questions)
@@ -195,7 +208,8 @@ def make_sample(builder: Builder, task: str, length: int, depth: float | None, i
         max_new = 30
     context, n_tokens = builder.build(task, length, rng, needles, questions)
     sid = f"{task}-L{length}-d{'spread' if depth is None else f'{depth:.2f}'}-s{seed}-i{index}"
-    return Sample(sid, task, length, depth, seed, index, context, questions, max_new, n_tokens, builder.source, extra)
+    source = SOURCE_PASSKEY_FILLER if task == "passkey" else builder.source
+    return Sample(sid, task, length, depth, seed, index, context, questions, max_new, n_tokens, source, extra)
 
 
 def generate(builder: Builder, tasks: list[str], lengths: list[int], depths: list[float], samples: int,

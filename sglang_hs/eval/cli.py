@@ -1,0 +1,273 @@
+"""hs-eval: long-context quality of hs settings (passkey + RULER-style needles), offline and reproducible.
+
+  hs-eval tasks  --tokenizer DIR [task options] --output tasks.jsonl
+  hs-eval run    --url http://HOST:PORT [--name NAME] [task options] --out DIR       (a live server)
+  hs-eval run    --settings full,aoh-s33,... [--ckpt-root DIR] [task options] --out DIR (starts one server per setting)
+  hs-eval run    --settings ... --in-process ...                                    (sglang.Engine in this process)
+  hs-eval report DIR/results.json [...] --out DIR                                   (re-render / merge)
+  hs-eval settings                                                                  (list the presets)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import shlex
+import sys
+import time
+from pathlib import Path
+
+DEFAULT_CKPT_ROOT = Path.home() / ".cache" / "hs" / "eval_checkpoints"
+
+
+def _floats(text: str) -> list[float]:
+    try:
+        vals = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+    if not vals or not all(0.0 <= v <= 1.0 for v in vals):
+        raise argparse.ArgumentTypeError(f"depths must be in [0, 1], got {text!r}")
+    return vals
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        vals = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not vals or min(vals) < 64:
+        raise argparse.ArgumentTypeError(f"lengths must be integers >= 64, got {text!r}")
+    return vals
+
+
+def _names(text: str) -> list[str]:
+    return [x.strip() for x in text.split(",") if x.strip()]
+
+
+def add_task_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--tasks", type=_names, default=["passkey"], help="comma list of passkey,niah_single,niah_multikey,vt")
+    p.add_argument("--lengths", type=_ints, default=[1024], help="prompt lengths in tokens (model tokenizer, chat template included)")
+    p.add_argument("--depths", type=_floats, default=[0.1, 0.3, 0.5, 0.7, 0.9], help="needle depths, cycled over samples")
+    p.add_argument("--samples", type=int, default=10, help="samples per task and length")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--questions", type=int, default=1, choices=(1, 2), help="questions per context (2 for warm/cold cache runs)")
+    p.add_argument("--offline", action="store_true", help="do not download the essays; use generated filler if not cached")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="hs-eval", description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+
+    t = sub.add_parser("tasks", help="generate the task set (JSONL)")
+    t.add_argument("--tokenizer", required=True, help="model directory with the tokenizer (a prepared checkpoint)")
+    t.add_argument("--output", required=True)
+    add_task_args(t)
+
+    r = sub.add_parser("run", help="run the task set against a server or settings")
+    src = r.add_mutually_exclusive_group(required=True)
+    src.add_argument("--url", help="live OpenAI-compatible server (e.g. python -m sglang_hs.launch_server ...)")
+    src.add_argument("--settings", type=_names, help="presets to compare (see hs-eval settings); a server is started per setting")
+    r.add_argument("--name", default="server", help="setting name for --url")
+    r.add_argument("--in-process", action="store_true", help="with --settings: sglang.Engine in this process instead of a server")
+    r.add_argument("--model", default=None, help="model for hs-prep convert (default: the embedded SmolLM2-135M-Instruct)")
+    r.add_argument("--ckpt-root", default=str(DEFAULT_CKPT_ROOT), help="where prepared checkpoints are kept")
+    r.add_argument("--tokenizer", default=None, help="tokenizer directory (default: the first checkpoint / the server's model)")
+    r.add_argument("--api", default="completions", choices=("completions", "chat"))
+    r.add_argument("--mode", default="cold", choices=("cold", "warmcold"))
+    r.add_argument("--concurrency", type=int, default=4)
+    r.add_argument("--device", default="cpu")
+    r.add_argument("--dtype", default="float32")
+    r.add_argument("--server-arg", action="append", default=[], help="extra SGLang flag for started servers (repeatable)")
+    r.add_argument("--out", required=True, help="output directory (results.json, results.md, accuracy_vs_kv.png)")
+    add_task_args(r)
+
+    rep = sub.add_parser("report", help="render results.json file(s) to markdown + PNG")
+    rep.add_argument("results", nargs="+")
+    rep.add_argument("--out", required=True)
+
+    sub.add_parser("settings", help="list the setting presets")
+    return ap
+
+
+def _fail(msg: str) -> int:
+    print(f"hs-eval: error: {msg}", file=sys.stderr)
+    return 2
+
+
+def _machine() -> str:
+    import os
+
+    return f"{platform.node()} {platform.machine()}, {os.cpu_count()} CPUs, python {platform.python_version()}"
+
+
+def _tasks(args, tokenizer_dir: str):
+    from transformers import AutoTokenizer
+
+    from .haystack import load_haystack
+    from .tasks import TASKS, Builder, generate
+
+    bad = [t for t in args.tasks if t not in TASKS]
+    if bad:
+        raise ValueError(f"unknown task {bad[0]!r}; known: {', '.join(TASKS)}")
+    if args.samples < 1:
+        raise ValueError("--samples must be >= 1")
+    if not (Path(tokenizer_dir) / "tokenizer_config.json").is_file() and not (Path(tokenizer_dir) / "tokenizer.json").is_file():
+        raise ValueError(f"{tokenizer_dir} has no tokenizer")
+    tok = AutoTokenizer.from_pretrained(tokenizer_dir)
+    builder = Builder(tok, *load_haystack(offline=args.offline))
+    return builder, generate(builder, args.tasks, args.lengths, args.depths, args.samples, args.seed, args.questions)
+
+
+def cmd_tasks(args) -> int:
+    from .tasks import fingerprint
+
+    _, samples = _tasks(args, args.tokenizer)
+    with open(args.output, "w") as f:
+        for s in samples:
+            f.write(json.dumps(s.to_json()) + "\n")
+    print(f"{len(samples)} samples, fingerprint {fingerprint(samples)} -> {args.output}")
+    return 0
+
+
+def _with_kv(rows, facts, hs, sink=128, window=256):
+    from .settings import kv_bytes_per_token
+
+    for r in rows:
+        r["kv_bytes_per_token"] = (kv_bytes_per_token(facts, hs.get("decode_sk", 0.0), hs.get("decode_sv", 0.0), r["n_tokens"],
+                                                      hs.get("sink_tokens", sink), hs.get("window_tokens", window))
+                                   if facts else None)
+    return rows
+
+
+def cmd_run(args) -> int:
+    from .report import write_outputs
+    from .runner import EngineClient, HTTPClient, Server
+    from .settings import checkpoint_facts, dense_bytes_per_token, preset, prepare_checkpoint
+    from .tasks import fingerprint
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    log = lambda m: print(f"[hs-eval {time.strftime('%H:%M:%S')}] {m}", flush=True)  # noqa: E731
+    command = "hs-eval " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if args.argv is None else "hs-eval " + " ".join(shlex.quote(a) for a in args.argv)
+    results = {"command": command, "date": time.strftime("%Y-%m-%d %H:%M %Z"), "machine": _machine(), "settings": []}
+
+    if args.url:
+        client = HTTPClient(args.url, args.api, args.concurrency)
+        client.check()
+        info = client.server_info()
+        model_path = (info.get("get_model_info") or {}).get("model_path")
+        tok_dir = args.tokenizer or model_path
+        if not tok_dir or not Path(tok_dir).is_dir():
+            raise ValueError("cannot find the server's tokenizer locally; pass --tokenizer DIR")
+        builder, samples = _tasks(args, tok_dir)
+        facts = hs = None
+        stats = info.get("hs_stats") or {}
+        if model_path and (Path(model_path) / "config.json").is_file() and stats.get("settings"):
+            s = stats["settings"]
+            facts = checkpoint_facts(Path(model_path))
+            hs = {"decode_sk": s["decode"]["s_k"], "decode_sv": s["decode"]["s_v"], "prefill_sk": s["prefill"]["s_k"],
+                  "prefill_sv": s["prefill"]["s_v"], "sink_tokens": s["sink_tokens"], "window_tokens": s["window_tokens"]}
+        results.update(haystack_sources=sorted({s.haystack_source for s in samples}), task_fingerprint=fingerprint(samples))
+        log(f"{len(samples)} samples against {args.url} ({args.mode})")
+        t0 = time.time()
+        rows = _with_kv(run_samples_logged(client, builder, samples, args.mode, log), facts, hs or {})
+        results["settings"].append({"setting": {"name": args.name, "description": f"live server {args.url}", "hs": hs},
+                                    "server": info, "facts": facts, "seconds": round(time.time() - t0, 1),
+                                    "dense_bytes_per_token": dense_bytes_per_token(facts) if facts else None, "rows": rows})
+        write_outputs(results, out)
+        log(f"wrote {out}/results.md")
+        return 0
+
+    settings = [preset(n) for n in args.settings]
+    root = Path(args.ckpt_root)
+    ckpts = [prepare_checkpoint(s, root, args.model) for s in settings]
+    builder, samples = _tasks(args, args.tokenizer or str(ckpts[0]))
+    results.update(haystack_sources=sorted({s.haystack_source for s in samples}), task_fingerprint=fingerprint(samples))
+    log(f"{len(samples)} samples x {len(settings)} settings ({args.mode}); checkpoints under {root}")
+    for setting, ckpt in zip(settings, ckpts):
+        facts = checkpoint_facts(ckpt)
+        t0 = time.time()
+        if args.in_process:
+            from ..testing import use_cpu_placeholder
+
+            if args.device == "cpu":
+                use_cpu_placeholder()
+            client = EngineClient(str(ckpt), setting.hs, device=args.device, dtype=args.dtype, context_length=8192,
+                                  max_total_tokens=40000, mem_fraction_static=0.05, disable_cuda_graph=args.device == "cpu",
+                                  sampling_backend="pytorch", grammar_backend="none", log_level="error")
+            try:
+                rows = run_samples_logged(client, builder, samples, args.mode, log, setting.name)
+            finally:
+                client.close()
+            info = {"in_process": True}
+        else:
+            with Server(ckpt, setting.hs_flags(), out / f"server_{setting.name}.log", device=args.device, dtype=args.dtype,
+                        extra=args.server_arg) as server:
+                log(f"{setting.name}: server up on {server.url} after {time.time() - t0:.0f}s ({' '.join(setting.hs_flags())})")
+                client = HTTPClient(server.url, args.api, args.concurrency)
+                client.check()
+                rows = run_samples_logged(client, builder, samples, args.mode, log, setting.name)
+                info = client.server_info()
+        results["settings"].append({"setting": setting.to_json(), "checkpoint": str(ckpt), "facts": facts, "server": info,
+                                    "seconds": round(time.time() - t0, 1), "dense_bytes_per_token": dense_bytes_per_token(facts),
+                                    "rows": _with_kv(rows, facts, setting.hs)})
+        write_outputs(results, out)  # after every setting: partial results survive an interruption
+    log(f"wrote {out}/results.md, results.json, accuracy_vs_kv.png")
+    return 0
+
+
+def run_samples_logged(client, builder, samples, mode, log, name="server"):
+    from .runner import run_samples
+
+    t0 = time.time()
+    rows = run_samples(client, builder, samples, mode)
+    log(f"{name}: {sum(r['correct'] for r in rows)}/{len(rows)} correct in {time.time() - t0:.0f}s")
+    return rows
+
+
+def cmd_report(args) -> int:
+    from .report import write_outputs
+
+    merged = None
+    for path in args.results:
+        p = Path(path)
+        if not p.is_file():
+            raise ValueError(f"{path} does not exist")
+        data = json.loads(p.read_text())
+        if "settings" not in data:
+            raise ValueError(f"{path} is not an hs-eval results.json")
+        if merged is None:
+            merged = {k: v for k, v in data.items() if k != "summary"}
+        else:
+            merged["settings"] += data["settings"]
+            merged["command"] += " ; " + data["command"]
+            merged["haystack_sources"] = sorted(set(merged["haystack_sources"]) | set(data["haystack_sources"]))
+    write_outputs(merged, Path(args.out))
+    print(f"wrote {args.out}/results.md")
+    return 0
+
+
+def cmd_settings(_args) -> int:
+    from .settings import PRESETS, preset
+
+    for name in PRESETS:
+        s = preset(name)
+        print(f"{name:16s} {s.checkpoint_name():22s} {' '.join(s.hs_flags())}  # {s.description}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    args.argv = argv
+    try:
+        return {"tasks": cmd_tasks, "run": cmd_run, "report": cmd_report, "settings": cmd_settings}[args.cmd](args)
+    except (ValueError, OSError, RuntimeError) as e:  # EvalError is a RuntimeError
+        return _fail(str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__)
+    except KeyboardInterrupt:
+        return _fail("interrupted")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,93 @@
+"""Summaries with counts and 95% Wilson intervals -> markdown table, JSON, PNG (accuracy vs KV bytes/token)."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+
+from .scoring import wilson
+
+
+def summarize(results: dict) -> list[dict]:
+    """One entry per (setting, task, length, cache), in the order settings were run."""
+    out = []
+    for block in results["settings"]:
+        groups = defaultdict(list)
+        for row in block["rows"]:
+            groups[(row["task"], row["length"], row["cache"])].append(row)
+        for (task, length, cache), rows in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2])):
+            c, n = sum(r["correct"] for r in rows), len(rows)
+            lo, hi = wilson(c, n)
+            kv = [r["kv_bytes_per_token"] for r in rows if r.get("kv_bytes_per_token") is not None]
+            cached = [r["cached_tokens"] for r in rows if r.get("cached_tokens") is not None]
+            out.append({"setting": block["setting"]["name"], "description": block["setting"].get("description", ""),
+                        "task": task, "length": length, "cache": cache, "correct": c, "total": n,
+                        "accuracy": c / n if n else 0.0, "ci95": [lo, hi],
+                        "kv_bytes_per_token": sum(kv) / len(kv) if kv else None,
+                        "dense_bytes_per_token": block.get("dense_bytes_per_token"),
+                        "mean_prompt_tokens": sum(r["n_tokens"] for r in rows) / n,
+                        "mean_cached_tokens": sum(cached) / len(cached) if cached else None})
+    return out
+
+
+def markdown(results: dict, summary: list[dict]) -> str:
+    lines = [f"Command: `{results['command']}`", "",
+             f"Date {results['date']}; machine: {results['machine']}; haystack: {', '.join(results['haystack_sources'])}; "
+             f"task set {results['task_fingerprint']}; greedy decoding; KV bytes at 2 bytes/value (bf16), size model of hs_kernels.", "",
+             "| setting | task | length | cache | correct / total | accuracy | 95% CI (Wilson) | KV bytes/token | vs dense |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for s in summary:
+        kv = s["kv_bytes_per_token"]
+        ratio = f"{kv / s['dense_bytes_per_token']:.2f}x" if kv and s.get("dense_bytes_per_token") else "n/a"
+        lines.append(f"| {s['setting']} | {s['task']} | {s['length']} | {s['cache']} | {s['correct']} / {s['total']} | "
+                     f"{s['accuracy']:.2f} | [{s['ci95'][0]:.2f}, {s['ci95'][1]:.2f}] | "
+                     f"{'n/a' if kv is None else f'{kv:,.0f}'} | {ratio} |")
+    descs = {s["setting"]: s["description"] for s in summary}
+    lines += ["", "Settings:"] + [f"- `{k}`: {v}" for k, v in descs.items() if v]
+    return "\n".join(lines) + "\n"
+
+
+def plot(summary: list[dict], path: Path, title: str = "") -> bool:
+    """Accuracy vs KV bytes/token with Wilson error bars; one marker per setting, one panel per task/length."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    pts = [s for s in summary if s["kv_bytes_per_token"] is not None and s["cache"] == "cold"]
+    if not pts:
+        return False
+    panels = sorted({(s["task"], s["length"]) for s in pts})
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4.2), squeeze=False)
+    names = list(dict.fromkeys(s["setting"] for s in summary))
+    cmap = plt.get_cmap("tab20")
+    for ax, (task, length) in zip(axes[0], panels):
+        for s in (p for p in pts if (p["task"], p["length"]) == (task, length)):
+            i = names.index(s["setting"])
+            lo, hi = s["ci95"]
+            ax.errorbar(s["kv_bytes_per_token"] / 1024, s["accuracy"], yerr=[[s["accuracy"] - lo], [hi - s["accuracy"]]],
+                        fmt="o", color=cmap(i % 20), capsize=3, label=f"{s['setting']} ({s['correct']}/{s['total']})")
+        ax.set_xlabel("KV cache KiB per token (bf16)")
+        ax.set_ylabel("accuracy (95% Wilson CI)")
+        ax.set_ylim(-0.05, 1.05)
+        ax.set_title(f"{task}, {length} tokens")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="best")
+    if title:
+        fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def write_outputs(results: dict, out_dir: Path) -> dict:
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    summary = summarize(results)
+    results = {**results, "summary": summary}
+    (out_dir / "results.json").write_text(json.dumps(results, indent=1))
+    (out_dir / "results.md").write_text(markdown(results, summary))
+    plot(summary, out_dir / "accuracy_vs_kv.png", title=results["command"][:160])
+    return results

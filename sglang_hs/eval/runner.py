@@ -1,0 +1,234 @@
+"""Send samples to a model and score the answers: a live server over HTTP (OpenAI /v1/completions or
+/v1/chat/completions) or an in-process sglang.Engine with the hs plugin. Greedy decoding throughout.
+
+Cache modes
+  cold       the primary question of every sample; the radix cache is flushed first and samples share
+             no prefix beyond the chat template's first page (so every answer is a cold prefill).
+  warmcold   samples with two questions on one context; pass A: flush, question 0 (cold), then
+             question 1 (warm: its context is a cached prefix); pass B: flush, question 1 cold, then
+             question 0 warm. Every question is answered once cold and once warm, paired.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from .scoring import score
+from .tasks import Builder, Sample
+
+
+class EvalError(RuntimeError):
+    """A one-line, user-facing failure."""
+
+
+def _post(url: str, payload: dict | None, timeout: float) -> dict:
+    data = None if payload is None else json.dumps(payload).encode()
+    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            body = r.read()
+    except urllib.error.HTTPError as e:
+        raise EvalError(f"{url}: HTTP {e.code}: {e.read().decode(errors='replace')[:300]}") from None
+    except (urllib.error.URLError, ConnectionError, TimeoutError) as e:
+        raise EvalError(f"{url}: {getattr(e, 'reason', e)}") from None
+    try:
+        return json.loads(body or b"null")
+    except json.JSONDecodeError:
+        return {"raw": body.decode(errors="replace")}
+
+
+class HTTPClient:
+    """A live OpenAI-compatible server (the hs SGLang server or any other)."""
+
+    def __init__(self, url: str, api: str = "completions", concurrency: int = 4, timeout: float = 1800.0):
+        if api not in ("completions", "chat"):
+            raise EvalError(f"--api must be completions or chat, got {api!r}")
+        self.url, self.api, self.concurrency, self.timeout = url.rstrip("/"), api, concurrency, timeout
+        self.model = "default"
+
+    def check(self) -> dict:
+        try:
+            with urllib.request.urlopen(self.url + "/v1/models", timeout=30) as r:
+                models = json.loads(r.read())
+        except (urllib.error.URLError, ConnectionError, TimeoutError, json.JSONDecodeError) as e:
+            raise EvalError(f"no OpenAI-compatible server at {self.url} ({getattr(e, 'reason', e)})") from None
+        self.model = models["data"][0]["id"] if models.get("data") else "default"
+        return models
+
+    def server_info(self) -> dict:
+        info = {"url": self.url}
+        for path in ("/get_model_info", "/hs/stats"):
+            try:
+                with urllib.request.urlopen(self.url + path, timeout=30) as r:
+                    info[path.strip("/").replace("/", "_")] = json.loads(r.read())
+            except (urllib.error.URLError, ConnectionError, TimeoutError, json.JSONDecodeError):
+                pass
+        return info
+
+    def flush(self) -> None:
+        try:
+            _post(self.url + "/flush_cache", {}, 60)
+        except EvalError:
+            pass  # not an SGLang server: nothing to flush
+        time.sleep(0.5)
+
+    def _one(self, job: tuple) -> dict:
+        ids, messages, prefix, max_tokens = job
+        common = {"model": self.model, "max_tokens": max_tokens, "temperature": 0.0}
+        t0 = time.time()
+        if self.api == "completions":
+            r = _post(self.url + "/v1/completions", {**common, "prompt": ids}, self.timeout)
+            text = r["choices"][0]["text"]
+        else:
+            r = _post(self.url + "/v1/chat/completions", {**common, "messages": messages}, self.timeout)
+            text = r["choices"][0]["message"]["content"] or ""
+        usage = r.get("usage") or {}
+        details = usage.get("prompt_tokens_details") or {}
+        return {"output": text, "prompt_tokens": usage.get("prompt_tokens"), "cached_tokens": details.get("cached_tokens"),
+                "latency_s": round(time.time() - t0, 3)}
+
+    def generate(self, jobs: list[tuple]) -> list[dict]:
+        with ThreadPoolExecutor(max(1, self.concurrency)) as pool:
+            return list(pool.map(self._one, jobs))
+
+
+class EngineClient:
+    """In-process sglang.Engine with the hs plugin (sglang imported only here)."""
+
+    def __init__(self, model_path: str, hs_args: dict, **engine_kwargs):
+        from ..engine import create
+
+        self.api = "completions"
+        self.engine = create(model_path, hs_args=hs_args, **engine_kwargs)
+
+    def check(self) -> dict:
+        return {}
+
+    def server_info(self) -> dict:
+        return {"in_process": True}
+
+    def flush(self) -> None:
+        self.engine.flush_cache()
+
+    def generate(self, jobs: list[tuple]) -> list[dict]:
+        t0 = time.time()
+        outs = self.engine.generate(input_ids=[j[0] for j in jobs],
+                                    sampling_params=[{"max_new_tokens": j[3], "temperature": 0.0} for j in jobs])
+        dt = round(time.time() - t0, 3)
+        return [{"output": o["text"], "prompt_tokens": o["meta_info"].get("prompt_tokens"),
+                 "cached_tokens": o["meta_info"].get("cached_tokens"), "latency_s": dt} for o in outs]
+
+    def close(self) -> None:
+        self.engine.shutdown()
+
+
+def _job(builder: Builder, sample: Sample, q: int) -> tuple:
+    question = sample.questions[q]
+    from .tasks import INTRO
+
+    ids = builder.prompt_ids(sample.task, sample.context, question)
+    messages = builder.render(INTRO[sample.task], sample.context, question)
+    return ids, messages, question.answer_prefix, sample.max_new_tokens
+
+
+def _row(sample: Sample, q: int, cache: str, result: dict) -> dict:
+    answers = sample.questions[q].answers
+    out = result["output"]
+    return {"id": sample.id, "task": sample.task, "length": sample.target_length, "n_tokens": sample.n_tokens,
+            "depth": sample.depth, "question": q, "cache": cache, "answers": answers, "output": out,
+            "correct": score(out, answers), **{k: v for k, v in result.items() if k != "output"}}
+
+
+def run_samples(client, builder: Builder, samples: list[Sample], mode: str = "cold", log=None) -> list[dict]:
+    """Score ``samples`` with ``client``; rows as described in the module docstring."""
+    if mode not in ("cold", "warmcold"):
+        raise EvalError(f"mode must be cold or warmcold, got {mode!r}")
+    rows: list[dict] = []
+    if mode == "cold":
+        client.flush()
+        res = client.generate([_job(builder, s, 0) for s in samples])
+        rows += [_row(s, 0, "cold", r) for s, r in zip(samples, res)]
+    else:
+        two = [s for s in samples if len(s.questions) >= 2]
+        if not two:
+            raise EvalError("warmcold needs samples with two questions (generate with --questions 2)")
+        for first, second in ((0, 1), (1, 0)):
+            client.flush()
+            res = client.generate([_job(builder, s, first) for s in two])
+            rows += [_row(s, first, "cold", r) for s, r in zip(two, res)]
+            res = client.generate([_job(builder, s, second) for s in two])
+            rows += [_row(s, second, "warm", r) for s, r in zip(two, res)]
+    if log:
+        log(f"{sum(r['correct'] for r in rows)}/{len(rows)} correct")
+    return rows
+
+
+# ---- a server we start ourselves ----
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """``python -m sglang_hs.launch_server`` as a child process; always stopped on exit."""
+
+    def __init__(self, model_path: str, hs_flags: list[str], log_path: Path, device: str = "cpu", dtype: str = "float32",
+                 context_length: int = 8192, max_total_tokens: int = 40000, mem_fraction: float = 0.15,
+                 extra: list[str] | None = None,
+                 start_timeout: float = 900.0):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = Path(log_path)
+        self.cmd = [sys.executable, "-m", "sglang_hs.launch_server", "--model-path", str(model_path), "--device", device,
+                    "--dtype", dtype, "--port", str(self.port), "--context-length", str(context_length),
+                    "--max-total-tokens", str(max_total_tokens), "--mem-fraction-static", str(mem_fraction),
+                    "--sampling-backend", "pytorch", "--grammar-backend", "none", "--enable-cache-report",
+                    "--skip-server-warmup"] + (["--disable-cuda-graph"] if device == "cpu" else []) + list(extra or []) + hs_flags
+        self.start_timeout = start_timeout
+        self.proc = None
+
+    def __enter__(self) -> "Server":
+        from ..testing import cpu_env
+
+        env = cpu_env() if "--device" in self.cmd and self.cmd[self.cmd.index("--device") + 1] == "cpu" else dict(os.environ)
+        env.setdefault("SGLANG_HS_STATS_FILE", str(self.log_path.with_suffix(".stats.json")))
+        self._log = open(self.log_path, "w")
+        self.proc = subprocess.Popen(self.cmd, env=env, stdout=self._log, stderr=subprocess.STDOUT)
+        deadline = time.time() + self.start_timeout
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                lines = self.log_path.read_text(errors="replace").strip().splitlines()
+                errors = [ln for ln in lines if "Error" in ln or "error:" in ln] or lines[-1:] or ["(no output)"]
+                self.__exit__(None, None, None)
+                raise EvalError(f"server exited with {self.proc.returncode}: {errors[-1].strip()[:400]} (log: {self.log_path})")
+            try:
+                with urllib.request.urlopen(self.url + "/health", timeout=5) as r:
+                    if r.status == 200:
+                        return self
+            except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+                pass
+            time.sleep(1)
+        self.__exit__(None, None, None)
+        raise EvalError(f"server did not become healthy within {self.start_timeout:.0f}s (log: {self.log_path})")
+
+    def __exit__(self, *exc) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        if getattr(self, "_log", None):
+            self._log.close()
