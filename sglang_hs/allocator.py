@@ -4,16 +4,20 @@ SGLang's PagedTokenToKVPoolAllocator launches Triton kernels in alloc_extend/all
 fail on CPU. Here the same page bookkeeping is done in PyTorch (SGLang's own alloc_extend_naive for
 extend), and every page handed out or released is reported to the pool so that dense/sparse
 block slots follow the pages exactly. SGLang counts capacity in pages; a new page also needs dense
-block slots (it is compressed later), so when those run short the radix cache is asked to evict
-leaves (their pages hand back dense slots) before the allocation fails.
+block slots (it is compressed later) and a stream slot (trimmed later), so when those run short the
+radix cache is asked to evict leaves (their pages hand back their slots) before the allocation fails.
 """
 
 from __future__ import annotations
+
+import logging
 
 import torch
 from sglang.srt.mem_cache.base_prefix_cache import EvictParams
 from sglang.srt.mem_cache.allocator.paged import PagedTokenToKVPoolAllocator, alloc_extend_naive
 from sglang.srt.utils import get_num_new_pages
+
+logger = logging.getLogger("sglang_hs")
 
 
 class HSTokenAllocator(PagedTokenToKVPoolAllocator):
@@ -22,11 +26,19 @@ class HSTokenAllocator(PagedTokenToKVPoolAllocator):
     def _can_take(self, num_pages: int) -> bool:
         if self.need_sort and num_pages > len(self.free_pages):
             self.merge_and_sort_free()
-        while self._kvcache.free_dense_pages() < num_pages and self.tree_cache is not None:
-            short = num_pages - self._kvcache.free_dense_pages()
+        while self._slot_pages() < num_pages and self.tree_cache is not None:
+            short = num_pages - self._slot_pages()
             if not self.tree_cache.evict(EvictParams(num_tokens=short * self.page_size)).num_tokens_evicted:
                 break
-        return num_pages <= len(self.free_pages) and num_pages <= self._kvcache.free_dense_pages()
+        if num_pages <= len(self.free_pages) and num_pages > self._slot_pages():
+            logger.error("hs: %d new pages needed, free pages exist but only %d have dense block and stream slots "
+                         "(nothing left to evict); raise --hs-dense-reserve or lower --chunked-prefill-size / --max-running-requests",
+                         num_pages, self._slot_pages())
+        return num_pages <= len(self.free_pages) and num_pages <= self._slot_pages()
+
+    def _slot_pages(self) -> int:
+        """New pages the pool has block and stream slots for."""
+        return min(self._kvcache.free_dense_pages(), self._kvcache.free_stream_pages())
 
     def _take(self, num_pages: int) -> torch.Tensor:
         pages, self.free_pages = self.free_pages[:num_pages], self.free_pages[num_pages:]

@@ -4,7 +4,8 @@ Per layer, the KV groups split (from the prepared checkpoint) into
   * retrieval groups: the full context as HieraSparse blocks. Cached blocks are read as stored
     (dense or 2:4 compressed, per the decode sparsity, through the index maps); the chunk being
     prefilled is seen through the prefill sparsity (its eligible blocks pruned 2:4 in flight).
-  * streaming groups: sink + recent window only (hs_kernels.streaming_attention).
+  * streaming groups: sink + recent window only (hs_kernels.streaming_attention), read through the
+    pool's stream slots (pages outside every window are trimmed, see stream_window.py).
 Query heads follow their KV group (GQA). The two halves write disjoint query heads.
 """
 
@@ -41,16 +42,25 @@ class HSAttnBackend(AttentionBackend):
         self._heads = {}
 
     def init_forward_metadata(self, forward_batch):
-        """Before a decode step: a sequence whose last page just filled compresses what left its window."""
-        if not forward_batch.forward_mode.is_decode():
-            return
-        seq_lens = forward_batch.seq_lens_cpu.tolist()
+        """Before an extend: protect the streaming pages each request reads (its window before the
+        prefix may be shared). Before a decode step: a sequence whose last page just filled
+        compresses what left its window and gives back streaming pages no query can see."""
+        mode = forward_batch.forward_mode
         rows = forward_batch.req_pool_indices.tolist()
-        for row, n in zip(rows, seq_lens):
+        req_to_token = self.req_to_token_pool.req_to_token
+        if mode.is_extend():
+            for row, p, t in zip(rows, forward_batch.extend_prefix_lens_cpu, forward_batch.extend_seq_lens_cpu):
+                p, n = int(p), int(p) + int(t)
+                self.pool.register_window(row, req_to_token[row, :n].long(), p, n)
+            return
+        if not mode.is_decode():
+            return
+        for row, n in zip(rows, forward_batch.seq_lens_cpu.tolist()):
             done = n - 1  # tokens stored before this step's token
             if done >= BLOCK_SIZE and done % BLOCK_SIZE == 0:
-                locs = self.req_to_token_pool.req_to_token[row, :done].long()
+                locs = req_to_token[row, :done].long()
                 self.pool.compress_sequence(locs, done)
+                self.pool.trim_stream(row, locs, done, running=True)
 
     # ---- helpers ----
 
@@ -73,7 +83,7 @@ class HSAttnBackend(AttentionBackend):
     def _save(self, layer, forward_batch, k, v, save_kv_cache):
         if save_kv_cache and k is not None and v is not None:
             d = layer.qk_head_dim
-            self.pool.layer(layer.layer_id).write(forward_batch.out_cache_loc, k.view(-1, layer.tp_k_head_num, d), v.view(-1, layer.tp_k_head_num, d))
+            self.pool.write(layer.layer_id, forward_batch.out_cache_loc, k.view(-1, layer.tp_k_head_num, d), v.view(-1, layer.tp_k_head_num, d))
 
     def _prune_chunk(self, x: torch.Tensor, op: str, prefix_len: int, seq_len: int) -> torch.Tensor:
         """The chunk's own K or V ``[t, n_r, D]`` as prefill attention sees it (prefill sparsity)."""
@@ -96,7 +106,8 @@ class HSAttnBackend(AttentionBackend):
         sink = min(self.settings.sink_tokens, seq_len)
         start = max(sink, first_q - self.settings.window_tokens + 1)
         pos = torch.cat((torch.arange(sink), torch.arange(start, seq_len)))
-        return store.stream_k[locs[pos]], store.stream_v[locs[pos]], pos
+        rows = self.pool.stream_rows(locs[pos])
+        return store.stream_k[rows], store.stream_v[rows], pos
 
     # ---- forward ----
 

@@ -17,6 +17,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--prefix-tokens", type=int, default=4096)
     ap.add_argument("--model", default=None)
+    ap.add_argument("--stream-checkpoint", type=int, default=2048)
     args = ap.parse_args()
     tmp = tempfile.mkdtemp()
     model = args.model or prepare(tiny_llama(f"{tmp}/tiny", layers=4), f"{tmp}/prepared", 0.5)
@@ -24,7 +25,7 @@ def main():
     use_cpu_placeholder()
     from .engine import create
 
-    eng = create(model, device="cpu", dtype="float32", max_total_tokens=16384, context_length=8192,
+    eng = create(model, hs_args={"stream_checkpoint": args.stream_checkpoint}, device="cpu", dtype="float32", max_total_tokens=16384, context_length=8192,
                  mem_fraction_static=0.05, disable_cuda_graph=True, log_level="error")
     prefix = ("the quick brown fox jumps over the lazy dog " * 200)[: args.prefix_tokens]
     one = {"max_new_tokens": 1, "temperature": 0}
@@ -40,13 +41,12 @@ def main():
     layers, g = cfg["num_hidden_layers"], cfg["num_key_value_heads"]
     d, e = stats["head_dim"], stats["value_bytes"]
     tokens = stats["tree_tokens"]
-    ratio = cfg["hierasparse"]["retrieval_ratio"]
-    streaming = tokens * layers * round(g * (1 - ratio)) * 2 * d * e
-    hs_bytes = stats["dense_bytes"] + stats["sparse_bytes"] + streaming
+    hs_bytes = stats["dense_bytes"] + stats["sparse_bytes"] + stats["stream_bytes"]
     stock = tokens * layers * g * 2 * d * e
     print(json.dumps({"prefix_tokens": args.prefix_tokens, "ttft_cold_s": round(cold, 3), "ttft_cached_s": round(cached, 3),
                       "cached_tokens": r["meta_info"]["cached_tokens"], "tree_tokens": tokens,
                       "retrieval_compression_ratio": round(stats["compression_ratio"], 3),
+                      "stream_pages": stats["stream_pages"], "stream_bytes": stats["stream_bytes"],
                       "hs_kv_bytes": hs_bytes, "stock_kv_bytes": stock, "hs_over_stock": round(hs_bytes / stock, 3)}))
 
 

@@ -5,8 +5,10 @@ One SGLang page (64 tokens) is one block. Per layer:
     per page, an int32 index map entry per retrieval group (``hs_kernels.format``). A page gets
     dense slots when SGLang allocates it; ``compress`` later moves its eligible blocks to sparse
     slots (per the decode sparsity); freeing the page returns whatever slots it holds.
-  * streaming groups: plain per-token storage (they attend to sink + window only; the stored rest
-    is what lets any cached prefix be reused, see sglang_hs/README.md).
+  * streaming groups: 64-token pages in a smaller pool of stream slots, one slot id per SGLang page
+    for all layers (``stream_index``). A page gets a stream slot when allocated; ``trim_stream``
+    takes it back once no query can see it any more (stream_window.py: sink, checkpoint windows,
+    windows before sequence ends and running requests' windows stay).
 Slots of a layer are shared by all its retrieval groups.
 """
 
@@ -20,6 +22,7 @@ from sglang.srt.mem_cache.memory_pool import KVCache
 
 from .settings import HSSettings
 from .slot_stack import SlotStack
+from .stream_window import keep_mask, live_pages, reusable_pages
 
 OPERANDS = ("k", "v")
 
@@ -29,7 +32,7 @@ def bytes_per_token(settings: HSSettings, head_dim: int, value_bytes: int, layer
     total = 0.0
     for groups in (settings.layers if layers is None else layers):
         n_r, n_s = len(groups.retrieval), len(groups.streaming)
-        total += 2 * n_s * head_dim * value_bytes
+        total += 2 * n_s * head_dim * value_bytes * settings.stream_fraction
         for s in (settings.decode.s_k, settings.decode.s_v):
             dense = (1 - s) + settings.dense_reserve
             sparse = s * (head_dim / 2 * value_bytes + head_dim / 8)  # values + int16 metadata
@@ -40,7 +43,7 @@ def bytes_per_token(settings: HSSettings, head_dim: int, value_bytes: int, layer
 class LayerStore:
     """Retrieval block pools, index maps and free lists, and streaming storage, of one layer."""
 
-    def __init__(self, settings: HSSettings, layer_id: int, num_pages: int, head_dim: int, dtype, device):
+    def __init__(self, settings: HSSettings, layer_id: int, num_pages: int, stream_slots: int, head_dim: int, dtype, device):
         groups = settings.groups(layer_id)
         self.retrieval = torch.tensor(groups.retrieval, dtype=torch.long)
         self.streaming = torch.tensor(groups.streaming, dtype=torch.long)
@@ -54,7 +57,7 @@ class LayerStore:
             self.index[op] = new_index_map(num_pages, self.n_r, device=device)
             self.dense_free[op] = SlotStack(n_dense, device)
             self.sparse_free[op] = SlotStack(n_sparse, device)
-        self.stream_k = torch.zeros(num_pages * BLOCK_SIZE, self.n_s, head_dim, dtype=dtype, device=device)
+        self.stream_k = torch.zeros(stream_slots * BLOCK_SIZE, self.n_s, head_dim, dtype=dtype, device=device)
         self.stream_v = torch.zeros_like(self.stream_k)
 
     def reset(self):
@@ -86,8 +89,9 @@ class LayerStore:
             self.sparse_free[op].push(slot_of(entries[sparse]))
             self.index[op][pages] = NO_BLOCK
 
-    def write(self, locs: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
-        """k, v ``[T, H_kv, D]`` of the tokens at ``locs``; retrieval rows go to their (dense) blocks."""
+    def write(self, locs: torch.Tensor, k: torch.Tensor, v: torch.Tensor, stream_rows: torch.Tensor | None):
+        """k, v ``[T, H_kv, D]`` of the tokens at ``locs``; retrieval rows go to their (dense) blocks,
+        streaming rows to ``stream_rows`` (HSKVPool.stream_rows)."""
         if self.n_r:
             pages, rows = locs // BLOCK_SIZE, (locs % BLOCK_SIZE)[:, None]
             for op, x in (("k", k), ("v", v)):
@@ -96,8 +100,8 @@ class LayerStore:
                     raise RuntimeError("write into a page without dense blocks (compressed or unallocated)")
                 self.pools[op].dense[slots, rows] = x[:, self.retrieval].to(self.pools[op].dtype)
         if self.n_s:
-            self.stream_k[locs] = k[:, self.streaming].to(self.stream_k.dtype)
-            self.stream_v[locs] = v[:, self.streaming].to(self.stream_v.dtype)
+            self.stream_k[stream_rows] = k[:, self.streaming].to(self.stream_k.dtype)
+            self.stream_v[stream_rows] = v[:, self.streaming].to(self.stream_v.dtype)
 
     def compress(self, pages: torch.Tensor, num_tokens: int, settings: HSSettings) -> int:
         """Move the eligible dense blocks of one sequence's ``pages`` to sparse slots; return how many."""
@@ -138,28 +142,121 @@ class HSKVPool(KVCache):
         self.settings = settings
         self.head_num, self.head_dim = head_num, head_dim
         self.num_pages = size // page_size + 1  # + SGLang's dummy page 0 (padding writes)
-        self.layers = [LayerStore(settings, self.start_layer + i, self.num_pages, head_dim, dtype, device)
+        layer_groups = settings.layers[self.start_layer:self.start_layer + layer_num]
+        self.has_stream = any(g.streaming for g in layer_groups)
+        stream_slots = min(self.num_pages, math.ceil((self.num_pages - 1) * settings.stream_fraction) + 1) if self.has_stream else 0
+        self.stream_index = torch.full((self.num_pages,), NO_BLOCK, dtype=torch.int64, device=device)
+        self.stream_free = SlotStack(stream_slots, device)
+        self.live = torch.zeros(self.num_pages, dtype=torch.int32, device=device)  # running windows per page
+        self.live_by_row: dict[int, torch.Tensor] = {}
+        self.layers = [LayerStore(settings, self.start_layer + i, self.num_pages, stream_slots, head_dim, dtype, device)
                        for i in range(layer_num)]
         self.reset_slots()
         self._finalize_allocation_log(size)
+
+    def chunk_warning(self, chunk_tokens: int) -> str | None:
+        """One line if a full prefill chunk cannot get dense blocks and stream pages (pages are dense
+        until compressed and hold a stream slot until trimmed); SGLang then fails that prefill."""
+        need = -(-chunk_tokens // BLOCK_SIZE) + 1
+        have = min(self.free_dense_pages(), self.free_stream_pages())
+        if need <= have:
+            return None
+        return (f"a prefill chunk of {chunk_tokens} tokens needs {need} dense/stream pages, the pool has {have} "
+                f"({self.num_pages - 1} pages, --hs-dense-reserve {self.settings.dense_reserve}); prompts that long "
+                "will fail with 'Prefill out of memory': raise --hs-dense-reserve or lower --chunked-prefill-size")
 
     # ---- page lifecycle (called by HSTokenAllocator) ----
 
     def reset_slots(self):
         for layer in self.layers:
             layer.reset()
+        self.stream_index.fill_(NO_BLOCK)
+        self.stream_free.reset()
+        self.live.zero_()
+        self.live_by_row.clear()
         self.on_alloc_pages(torch.tensor([0]))  # the dummy page is always writable
 
     def free_dense_pages(self) -> int:
         return min(layer.free_dense_pages() for layer in self.layers)
 
+    def free_stream_pages(self) -> int:
+        return self.stream_free.free if self.has_stream else 1 << 62
+
     def on_alloc_pages(self, pages: torch.Tensor):
         for layer in self.layers:
             layer.on_alloc(pages)
+        if self.has_stream:
+            self.stream_index[pages] = self.stream_free.pop(pages.numel())
 
     def on_free_pages(self, pages: torch.Tensor):
         for layer in self.layers:
             layer.on_free(pages)
+        if self.has_stream:
+            self._drop_stream(pages)
+            self.live[pages] = 0  # a freed page belongs to no running window
+
+    # ---- streaming pages (checkpointed windows) ----
+
+    def _drop_stream(self, pages: torch.Tensor):
+        slots = self.stream_index[pages]
+        self.stream_free.push(slots[slots != NO_BLOCK])
+        self.stream_index[pages] = NO_BLOCK
+
+    def stream_rows(self, locs: torch.Tensor) -> torch.Tensor:
+        """Rows of the streaming storage holding the tokens at ``locs``."""
+        slots = self.stream_index[locs // BLOCK_SIZE]
+        if (slots < 0).any():
+            raise RuntimeError("streaming KV of a trimmed page was needed (checkpointed-window bookkeeping bug)")
+        return slots * BLOCK_SIZE + locs % BLOCK_SIZE
+
+    def _set_live(self, row: int, pages: torch.Tensor | None):
+        old = self.live_by_row.pop(row, None)
+        if old is not None:
+            self.live.index_add_(0, old, torch.full_like(old, -1, dtype=torch.int32)).clamp_(min=0)
+        if pages is not None:
+            self.live.index_add_(0, pages, torch.ones_like(pages, dtype=torch.int32))
+            self.live_by_row[row] = pages
+
+    def register_window(self, row: int, locs: torch.Tensor, first_query: int, num_tokens: int):
+        """A request of req_to_token ``row`` is about to run queries [first_query, num_tokens): protect
+        the pages it reads from other sequences' trims."""
+        if self.has_stream:
+            self._set_live(row, (locs[:num_tokens:BLOCK_SIZE] // BLOCK_SIZE)[live_pages(first_query, num_tokens, self.settings.window_tokens)].clone())
+
+    def trim_stream(self, row: int, locs: torch.Tensor, num_tokens: int, running: bool) -> int:
+        """Take back the stream slots of this sequence's pages that no query can see any more; return how many.
+        ``running``: the request continues at ``num_tokens`` (its window stays registered)."""
+        if not self.has_stream:
+            return 0
+        self._set_live(row, None)
+        pages = locs[:num_tokens:BLOCK_SIZE] // BLOCK_SIZE
+        s = self.settings
+        keep = keep_mask(num_tokens, s.sink_tokens, s.window_tokens, s.stream_checkpoint).to(pages.device)
+        drop = pages[~keep & (self.live[pages] == 0) & (self.stream_index[pages] != NO_BLOCK)]
+        self._drop_stream(drop)
+        if running:
+            self.register_window(row, locs, num_tokens, num_tokens)
+        return drop.numel()
+
+    def release_window(self, row: int):
+        if self.has_stream:
+            self._set_live(row, None)
+
+    def adopt_stream(self, own_pages: torch.Tensor, tree_pages: torch.Tensor):
+        """A request recomputed pages the tree already holds (its own copies are about to be freed):
+        tree pages without streaming KV take over the request's stream slots (same tokens, same KV)."""
+        if not self.has_stream:
+            return
+        move = (own_pages != tree_pages) & (self.stream_index[tree_pages] == NO_BLOCK) & (self.stream_index[own_pages] != NO_BLOCK)
+        self.stream_index[tree_pages[move]] = self.stream_index[own_pages[move]]
+        self.stream_index[own_pages[move]] = NO_BLOCK
+
+    def reusable_prefix(self, locs: torch.Tensor) -> int:
+        """Tokens of a matched prefix (token locs, page-aligned) that can be reused as is."""
+        if not self.has_stream or locs.numel() == 0:
+            return locs.numel()
+        stored = self.stream_index[locs[::BLOCK_SIZE] // BLOCK_SIZE] != NO_BLOCK
+        return reusable_pages(stored.cpu(), self.settings.sink_tokens, self.settings.window_tokens) * BLOCK_SIZE
 
     def compress_sequence(self, locs: torch.Tensor, num_tokens: int) -> int:
         """Compress one sequence's blocks (token locs ``[num_tokens]``) per the decode sparsity."""
@@ -177,7 +274,11 @@ class HSKVPool(KVCache):
         loc = getattr(loc, "loc", loc)
         layer_id = kwargs.get("layer_id_override") or layer.layer_id
         d = self.head_dim
-        self.layer(layer_id).write(loc, cache_k.view(-1, self.head_num, d), cache_v.view(-1, self.head_num, d))
+        self.write(layer_id, loc, cache_k.view(-1, self.head_num, d), cache_v.view(-1, self.head_num, d))
+
+    def write(self, layer_id: int, locs: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
+        store = self.layer(layer_id)
+        store.write(locs, k, v, self.stream_rows(locs) if store.n_s else None)
 
     def get_key_buffer(self, layer_id: int):
         return self.layer(layer_id).stream_k
@@ -189,7 +290,7 @@ class HSKVPool(KVCache):
         return self.get_key_buffer(layer_id), self.get_value_buffer(layer_id)
 
     def get_kv_size_bytes(self):
-        return sum(layer.nbytes() for layer in self.layers)
+        return sum(layer.nbytes() for layer in self.layers) + self.stream_index.nbytes
 
     # ---- accounting (stats) ----
 
@@ -208,4 +309,6 @@ class HSKVPool(KVCache):
                 out["dense_bytes"] += nd * pool.dense[0:1].nbytes if pool.num_dense_slots else 0
                 if pool.num_sparse_slots:
                     out["sparse_bytes"] += ns * (pool.values[0:1].nbytes + pool.meta[0:1].nbytes)
+        out["stream_pages"] = max(self.stream_free.used - 1, 0)  # page 0 (padding) excluded
+        out["stream_bytes"] = out["stream_pages"] * sum(2 * layer.stream_k[:BLOCK_SIZE].nbytes for layer in self.layers)
         return out

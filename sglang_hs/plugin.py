@@ -46,6 +46,9 @@ def _check_server_args(self, *args, **kwargs):
         self.radix_cache_backend = BACKEND
     if self.page_size is None:
         self.page_size = 64
+    # compression and streaming-page trims run when batches are formed and results processed; the
+    # overlap scheduler would reorder them against the next batch's reads
+    self.disable_overlap_schedule = True
     for name in ("prefill_attention_backend", "decode_attention_backend"):
         if getattr(self, name, None) not in (None, BACKEND):
             raise HSConfigError(f"--{name.replace('_', '-')} {getattr(self, name)} cannot be mixed with --attention-backend hs")
@@ -69,7 +72,7 @@ def _build_pool(original, self, *, sizes, **kwargs):
 
     par = get_parallel()
     settings = settings_for(self.server_args, par.attn_tp_size, par.attn_tp_rank)
-    return HSKVPool(
+    pool = HSKVPool(
         sizes.max_total_num_tokens,
         page_size=self.pool_page_size,
         dtype=self.kv_cache_dtype,
@@ -81,6 +84,11 @@ def _build_pool(original, self, *, sizes, **kwargs):
         start_layer=self.layer_info.start_layer,
         end_layer=self.layer_info.end_layer,
     )
+    chunk = self.server_args.chunked_prefill_size
+    warning = pool.chunk_warning(min(chunk if chunk and chunk > 0 else 1 << 62, sizes.max_total_num_tokens, self.model_config.context_len))
+    if warning:
+        logger.warning("hs: %s", warning)
+    return pool
 
 
 def _build_allocator(original, self, *, sizes, token_to_kv_pool, token_to_kv_pool_allocator=None, **kwargs):

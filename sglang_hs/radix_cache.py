@@ -7,11 +7,19 @@ that matches the prefix gets those same pages: the backend reads them through th
 so nothing is recomputed or decompressed into the pool. Eviction goes through the allocator,
 which returns every slot a page holds. Sink blocks are never compressed, and (radix trees evict
 leaves first) a prefix's first pages are the last of it to go.
+
+Streaming groups keep only checkpointed windows (stream_window.py). A match is therefore cut back
+to the largest point whose streaming window is stored; SGLang recomputes the rest as usual. The
+recomputed copies of pages the tree already holds hand their streaming KV to the tree's pages
+before SGLang frees them as duplicates, then the sequence's pages no query can see are trimmed.
 """
 
 from __future__ import annotations
 
-from sglang.srt.mem_cache.radix_cache import RadixCache
+import dataclasses
+
+from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams
+from sglang.srt.mem_cache.radix_cache import RadixCache, RadixKey
 
 from .stats import HSStats
 
@@ -32,13 +40,31 @@ class HSRadixCache(RadixCache):
 
     def match_prefix(self, params):
         result = super().match_prefix(params)
-        if not self._internal_match:
-            self.stats.on_match(len(params.key), len(result.device_indices))
+        if self._internal_match:
+            return result
+        matched = len(result.device_indices)
+        reusable = self.pool.reusable_prefix(result.device_indices)
+        if reusable < matched:  # re-match the shorter key: the tree splits there
+            result = super().match_prefix(dataclasses.replace(params, key=params.key[:reusable]))
+        self.stats.on_match(len(params.key), len(result.device_indices), cut_back=reusable < matched)
         return result
+
+    def _trim_stream(self, req, token_ids: list, running: bool):
+        """Hand recomputed streaming pages to the tree's copies, then trim the sequence's pages."""
+        n = len(token_ids)
+        locs = self.req_to_token_pool.req_to_token[req.req_pool_idx, :n].long().clone()
+        key = RadixKey(token_ids, req.extra_key).page_aligned(self.page_size)
+        tree = super().match_prefix(MatchPrefixParams(key=key)).device_indices if len(key) else locs[:0]
+        if len(tree):
+            self.pool.adopt_stream(locs[:len(tree):self.page_size] // self.page_size, tree[::self.page_size] // self.page_size)
+            locs[:len(tree)] = tree
+        self.stats.stream_pages_trimmed += self.pool.trim_stream(req.req_pool_idx, locs, n, running)
 
     def cache_unfinished_req(self, req, chunked=False):
         if not self.disable:
-            self._compress(req, len(req.get_fill_ids()))
+            fill = req.get_fill_ids()
+            self._compress(req, len(fill))
+            self._trim_stream(req, fill, running=True)
         self._internal_match = True
         try:
             super().cache_unfinished_req(req, chunked=chunked)
@@ -50,6 +76,9 @@ class HSRadixCache(RadixCache):
     def cache_finished_req(self, req, is_insert: bool = True, *, kv_len_to_handle: int):
         if not self.disable and is_insert and not self.disable_finished_insert:
             self._compress(req, kv_len_to_handle)
+            self._trim_stream(req, (req.origin_input_ids + req.output_ids)[:kv_len_to_handle], running=False)
+        else:
+            self.pool.release_window(req.req_pool_idx)
         super().cache_finished_req(req, is_insert, kv_len_to_handle=kv_len_to_handle)
         self.stats.dirty = True  # published when the scheduler is idle (after SGLang's deferred frees)
 

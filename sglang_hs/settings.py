@@ -40,8 +40,16 @@ class HSSettings:
     window_tokens: int
     dense_reserve: float
     recipe: str
+    stream_checkpoint: int = 2048
     layers: list[LayerGroups] = field(default_factory=list)
     num_kv_heads: int = 0
+
+    @property
+    def stream_fraction(self) -> float:
+        """Stream slots per page of the pool: one window per checkpoint interval, plus the reserve
+        (sinks, running windows, pages of a prefill chunk not yet trimmed)."""
+        window = -(-self.window_tokens // BLOCK_SIZE) * BLOCK_SIZE
+        return min(1.0, window / self.stream_checkpoint + self.dense_reserve)
 
     def groups(self, layer_id: int) -> LayerGroups:
         return self.layers[layer_id]
@@ -55,6 +63,7 @@ class HSSettings:
             "decode": {"s_k": self.decode.s_k, "s_v": self.decode.s_v},
             "sink_tokens": self.sink_tokens,
             "window_tokens": self.window_tokens,
+            "stream_checkpoint": self.stream_checkpoint,
             "retrieval_fraction": n_r / n if n else 0.0,
         }
 
@@ -69,7 +78,8 @@ FLAGS = {
     "--hs-decode-sv": ("decode_sv", float, "block sparsity of V in the cache (decode), in [0, 1]"),
     "--hs-sink-tokens": ("sink_tokens", int, "dense sink tokens (streaming groups see only sink + window)"),
     "--hs-window-tokens": ("window_tokens", int, "dense recent-window tokens"),
-    "--hs-dense-reserve": ("dense_reserve", float, "extra dense block capacity, fraction of the pool (windows, sinks, blocks awaiting compression)"),
+    "--hs-dense-reserve": ("dense_reserve", float, "extra dense block and stream page capacity, fraction of the pool (windows, sinks, blocks awaiting compression or trimming)"),
+    "--hs-stream-checkpoint": ("stream_checkpoint", int, "streaming groups keep their window before every multiple of this many tokens (a multiple of 64, >= window); a cached prefix is reused up to the last such point"),
     "--hs-recipe": ("recipe", str, "recipe name in recipes/ or a path to a recipe JSON (default: by model type)"),
 }
 
@@ -186,6 +196,9 @@ def resolve(model_path: str, hs_args: dict | None = None, page_size: int | None 
         raise HSConfigError(f"--hs-sink-tokens must be >= 0 and --hs-window-tokens >= 1, got {sink}, {window}")
     if not 0.0 <= reserve <= 1.0:
         raise HSConfigError(f"--hs-dense-reserve must be in [0, 1], got {reserve}")
+    checkpoint = int(pick("stream_checkpoint", recipe.get("stream_checkpoint", 2048)))
+    if checkpoint % BLOCK_SIZE or checkpoint < window or checkpoint <= 0:
+        raise HSConfigError(f"--hs-stream-checkpoint must be a positive multiple of {BLOCK_SIZE} and >= the window ({window}), got {checkpoint}")
     with_window = lambda c: SparsityConfig(c.s_k, c.s_v, sink, window)  # noqa: E731
     return HSSettings(
         prefill=with_window(prefill),
@@ -194,6 +207,7 @@ def resolve(model_path: str, hs_args: dict | None = None, page_size: int | None 
         window_tokens=window,
         dense_reserve=reserve,
         recipe=name,
+        stream_checkpoint=checkpoint,
         layers=layer_groups(section, num_layers, tp_size, tp_rank),
         num_kv_heads=section["num_key_value_heads"] // tp_size,
     )

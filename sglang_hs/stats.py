@@ -31,14 +31,17 @@ class HSStats:
         self.pool = self.cache = None
         self.prefix_queries = self.prefix_query_tokens = self.prefix_hit_tokens = 0
         self.blocks_compressed = 0
+        self.stream_pages_trimmed = 0
+        self.prefix_cut_backs = 0  # matches shortened to a stored streaming window
         self._last_log = 0.0
         self.dirty = True  # something changed since the last publish
 
     def attach(self, pool, cache):
         self.pool, self.cache = pool, cache
 
-    def on_match(self, query_tokens: int, hit_tokens: int):
+    def on_match(self, query_tokens: int, hit_tokens: int, cut_back: bool = False):
         self.prefix_queries += 1
+        self.prefix_cut_backs += int(cut_back)
         self.prefix_query_tokens += query_tokens
         self.prefix_hit_tokens += hit_tokens
 
@@ -48,6 +51,8 @@ class HSStats:
             "prefix_query_tokens": self.prefix_query_tokens,
             "prefix_hit_tokens": self.prefix_hit_tokens,
             "blocks_compressed": self.blocks_compressed,
+            "stream_pages_trimmed": self.stream_pages_trimmed,
+            "prefix_cut_backs": self.prefix_cut_backs,
         }
         if self.pool is not None:
             counts = self.pool.block_counts()
@@ -96,6 +101,11 @@ class HSStats:
                         problems.append(f"layer {i} {op} {kind}: {referenced.numel()} referenced, {stack.used} used")
                     if torch.unique(referenced).numel() != referenced.numel():
                         problems.append(f"layer {i} {op} {kind}: a slot is referenced twice")
+        stream = self.pool.stream_index[self.pool.stream_index != NO_BLOCK]
+        if stream.numel() != self.pool.stream_free.used:
+            problems.append(f"stream: {stream.numel()} referenced, {self.pool.stream_free.used} used")
+        if torch.unique(stream).numel() != stream.numel():
+            problems.append("stream: a slot is referenced twice")
         return problems
 
     def on_idle(self):

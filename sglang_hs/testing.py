@@ -70,3 +70,11 @@ def prepare(src: str, out_dir: str, retrieval_ratio: float) -> str:
         if (Path(src) / name).exists() and not (Path(out_dir) / name).exists():
             (Path(out_dir) / name).write_bytes((Path(src) / name).read_bytes())
     return out_dir
+
+
+def prepare_embedded(out_dir: str, retrieval_ratio: float) -> str:
+    """``hs-prep convert --output OUT --retrieval-ratio R`` on the embedded SmolLM2-135M-Instruct."""
+    cmd = [sys.executable, "-c", "from hs_prep.cli import main; main()", "convert", "--output", out_dir,
+           "--retrieval-ratio", str(retrieval_ratio), "--overwrite"]
+    subprocess.run(cmd, check=True, capture_output=True, text=True)
+    return out_dir

@@ -68,10 +68,20 @@ def test_ratio_one_sparsity_zero_equals_stock_torch_native(models, placeholder_l
     assert not os.path.exists(placeholder_log), open(placeholder_log).read()
 
 
+def kept_stream_pages(num_tokens, sink, window, checkpoint):
+    """Pages of a cached sequence (its KV length) whose streaming KV stays: sink, the window before each
+    checkpoint, the window before the page-aligned end."""
+    end = num_tokens // 64 * 64
+    spans = [(0, sink), (end - window, end)] + [(c - window, c) for c in range(checkpoint, end + 1, checkpoint)]
+    return {j for j in range(end // 64) for a, b in spans if 64 * j < b and 64 * j + 64 > a}
+
+
 def test_cached_prefix_equals_cold_and_bytes_match_size_model(models, placeholder_log, tmp_path):
     stats_path = str(tmp_path / "stats.json")
     os.environ["SGLANG_HS_STATS_FILE"] = stats_path
-    sparse = {"prefill_sk": 1.0, "prefill_sv": 1.0, "decode_sk": 1.0, "decode_sv": 1.0}
+    sink, window, checkpoint = 64, 128, 256
+    sparse = {"prefill_sk": 1.0, "prefill_sv": 1.0, "decode_sk": 1.0, "decode_sv": 1.0,
+              "sink_tokens": sink, "window_tokens": window, "stream_checkpoint": checkpoint}
     hs = engine(models["r05"], hs_args=sparse)
     try:
         first = hs.generate(PREFIX + SUFFIXES[0], GREEDY)
@@ -84,10 +94,23 @@ def test_cached_prefix_equals_cold_and_bytes_match_size_model(models, placeholde
     finally:
         hs.shutdown()
         del os.environ["SGLANG_HS_STATS_FILE"]
+    # the requests diverge at 640 (a page boundary, not a checkpoint): the streaming window before 640
+    # is not stored, so reuse is cut back to checkpoint 512 and 512..640 is recomputed
+    assert PREFIX + SUFFIXES[0][0] != PREFIX + SUFFIXES[1][0] and len(PREFIX) == 640
     assert first["meta_info"]["cached_tokens"] == 0
-    assert cached["meta_info"]["cached_tokens"] >= len(PREFIX) // 64 * 64
+    assert cached["meta_info"]["cached_tokens"] == 512
     assert cold["meta_info"]["cached_tokens"] == 0
     assert cached["output_ids"] == cold["output_ids"]
+    assert stats["prefix_cut_backs"] >= 1
+
+    # streaming groups store exactly the checkpointed windows of the two cached sequences (shared pages once)
+    kv_len = [r["meta_info"]["prompt_tokens"] + r["meta_info"]["completion_tokens"] - 1 for r in (first, cached)]
+    one, two = (kept_stream_pages(n, sink, window, checkpoint) for n in kv_len)
+    assert stats["stream_pages"] == len(one) + len({j for j in two if j >= 10})
+    config = json.load(open(f"{models['r05']}/config.json"))
+    n_s = sum(not r for layer in config["hierasparse"]["layers"] for r in layer["is_retrieval"])
+    assert stats["stream_bytes"] == stats["stream_pages"] * 64 * n_s * 2 * stats["head_dim"] * stats["value_bytes"]
+    assert stats["tree_tokens"] == sum(n // 64 * 64 for n in kv_len) - 640
 
     # storage of the cached blocks = paper eq. 5 at the measured sparsity, to the byte
     assert stats["slot_problems"] == []

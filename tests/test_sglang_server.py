@@ -98,6 +98,20 @@ def test_concurrent_overlapping_prefixes_evict_without_leaks(server):
     time.sleep(1)
     status, stats = call(base + "/hs/stats")
     assert stats["pages_in_use"] == 0 and stats["dense_blocks"] == 0 and stats["sparse_blocks"] == 0
+    assert stats["stream_pages"] == 0 and stats["slot_problems"] == []
+    assert not log.exists(), log.read_text()
+
+
+def test_long_decode_trims_streaming_pages(server):
+    """Decoding across page boundaries gives back streaming pages behind the window (a trimmed page
+    that is still read would fail the request)."""
+    base, log = server
+    _, before = call(base + "/hs/stats")
+    status, body = generate(base, "a long story begins here. " * 20, n=160)  # 520 + 160 tokens
+    assert status == 200 and len(body["output_ids"]) == 160
+    time.sleep(1)
+    _, stats = call(base + "/hs/stats")
+    assert stats["stream_pages_trimmed"] > before["stream_pages_trimmed"] and stats["slot_problems"] == []
     assert not log.exists(), log.read_text()
 
 
