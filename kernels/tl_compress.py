@@ -9,7 +9,8 @@ One program per 64-token block: the token-major block is staged in shared memory
 largest magnitudes (ties to the lower index, NaN largest: the reference's 6-comparison rank);
 the kept values and the nibbles are packed in shared memory and written with coalesced copies
 straight into pool slot ``slots[n]`` (skipped where ``slots[n] < 0``, so the same kernel computes
-only the losses); the per-half-row losses of every block are always written (summed per block by the caller).
+only the losses); the loss of every block is always written: per-group L1 of the two pruned elements,
+summed per half row (one thread each), then per block by one thread over a balanced tree (float32).
 
 Shapes fixed at compile time: operand, head_dim, dtype; the number of blocks and of pool slots are
 symbolic. Imported only on CUDA (needs ``tilelang``); TileLang reads this file's source.
@@ -41,13 +42,21 @@ def _kernel(operand: str, head_dim: int, dtype: str, threads: int = 128):
         half = groups // 2
         return functools.reduce(operator.add, [buf[r, h * half + gi] for gi in range(half)])
 
+    def tree_sum(terms):  # balanced pairwise sum (shorter dependency chain than a serial one)
+        while len(terms) > 1:
+            terms = [terms[i] + terms[i + 1] if i + 1 < len(terms) else terms[i] for i in range(0, len(terms), 2)]
+        return terms[0]
+
+    def block_sum(buf):  # all rows x 2 half-row sums of the block
+        return tree_sum([buf[r, h] for r in range(rows) for h in range(2)])
+
     @T.prim_func
     def compress(
         blocks: T.Tensor((n, BS, d), dtype),
         slots: T.Tensor((n,), "int32"),
         values: T.Tensor((n_slots, rows, row_len // 2), dtype),
         meta: T.Tensor((n_slots, rows, words), "int16"),
-        loss_rows: T.Tensor((n, rows, 2), acc),
+        loss: T.Tensor((n,), acc),
     ):
         with T.Kernel(n, threads=threads) as bx:
             x_s = T.alloc_shared((BS, d), dtype)
@@ -55,6 +64,8 @@ def _kernel(operand: str, head_dim: int, dtype: str, threads: int = 128):
             nib_s = T.alloc_shared((rows, groups), "int32")
             meta_s = T.alloc_shared((rows, words), "int16")
             lg_s = T.alloc_shared((rows, groups), acc)
+            lr_s = T.alloc_shared((rows, 2), acc)
+            tx = T.get_thread_binding()
 
             T.copy(blocks[bx, 0:BS, 0:d], x_s)
             for r, gi in T.Parallel(rows, groups):
@@ -95,7 +106,10 @@ def _kernel(operand: str, head_dim: int, dtype: str, threads: int = 128):
             # per half-row sums, serial over the groups: rows * 2 >= 128 items, one or more per thread
             # (a parallel loop with fewer items than threads was mapped out of bounds)
             for r, h in T.Parallel(rows, 2):
-                loss_rows[bx, r, h] = half_row_sum(lg_s, r, h)
+                lr_s[r, h] = half_row_sum(lg_s, r, h)
+            T.sync_threads()
+            if tx == 0:
+                loss[bx] = block_sum(lr_s)
             slot = slots[bx]
             if slot >= 0:
                 T.copy(val_s, values[slot, 0:rows, 0:row_len // 2])
@@ -105,6 +119,9 @@ def _kernel(operand: str, head_dim: int, dtype: str, threads: int = 128):
 
 
 @functools.lru_cache(maxsize=None)
-def get_kernel(operand: str, head_dim: int, dtype: str):
+def get_kernel(operand: str, head_dim: int, dtype: str, target=None):
     """Compiled compression kernel for one (operand, head_dim, dtype); cached per process."""
-    return tilelang.compile(_kernel(operand, head_dim, dtype), target="cuda")
+    # no shared-memory reuse: the planner aliased the loss rows onto the nibble buffer that other
+    # threads may still be reading (no barrier between the two loops); 43 KB per program is cheap
+    return tilelang.compile(_kernel(operand, head_dim, dtype), target=target or "cuda",
+                            pass_configs={"tl.disable_shared_memory_reuse": True})

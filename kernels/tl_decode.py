@@ -147,9 +147,173 @@ def _kernel(h_q: int, h_kv: int, head_dim: int, dtype: str, block_h: int, thread
     return decode
 
 
+
+def _unpack_macro(dtype: str):
+    """Macro: 2:4 values [R, L/2] + int16 nibble words [R, L/16] (operand layout, 2:4 along each row)
+    -> dense [R, L] in shared memory. K blocks: R = tokens, L = head_dim; V blocks: R = head_dim
+    (channel-major, consumed as V^T), L = tokens."""
+
+    @T.macro
+    def unpack(vals_s, meta_s, out_s):
+        for r, e in T.Parallel(out_s.shape[0], out_s.shape[1]):
+            nib = (T.cast(meta_s[r, e // 16], "int32") >> ((e // 4) % 4 * 4)) & 15
+            pos = e % 4
+            out_s[r, e] = T.if_then_else(
+                pos == (nib & 3), vals_s[r, (e // 4) * 2],
+                T.if_then_else(pos == (nib >> 2), vals_s[r, (e // 4) * 2 + 1], T.cast(0, dtype)))
+
+    return unpack
+
+
+def _kernel_v3(h_q: int, h_kv: int, head_dim: int, dtype: str, block_h: int, threads: int = 128,
+               stages: int = 2):
+    """v3: the caller orders each (seq, head)'s blocks by K/V dense/sparse category (``order``,
+    ``cat_end``); a program takes a contiguous share of that order and runs one branch-free,
+    software-pipelined loop per category (cp.async multi-buffering of the block loads), the online
+    softmax state carried across the four loops."""
+    g = h_q // h_kv
+    d = head_dim
+    batch = T.dynamic("batch")
+    max_blocks = T.dynamic("max_blocks")
+    nd_k = T.dynamic("nd_k")
+    ns_k = T.dynamic("ns_k")
+    nd_v = T.dynamic("nd_v")
+    ns_v = T.dynamic("ns_v")
+    splits = T.dynamic("splits")
+    acc = "float32"
+    unpack = _unpack_macro(dtype)
+
+    def make_loop(k_sp: bool, v_sp: bool):
+        @T.macro
+        def loop(lo, hi, bx, hx, seq_len, sl2, order, k_index, v_index, k_dense, k_vals, k_meta, v_dense,
+                 v_vals, v_meta, q_s, p_s, acc_s, acc_o, m_cur, m_prev, rescale, row_sum, l_sum):
+            # buffers of this loop only (a buffer multi-buffered in one pipelined loop cannot serve
+            # another); the shared-memory planner overlaps the four loops' buffers
+            k_s = T.alloc_shared((BS, d), dtype)
+            v_s = T.alloc_shared((BS, d) if not v_sp else (d, BS), dtype)
+            if k_sp:
+                kv_s = T.alloc_shared((BS, d // 2), dtype)
+                km_s = T.alloc_shared((BS, d // 16), "int16")
+            if v_sp:
+                vv_s = T.alloc_shared((d, BS // 2), dtype)
+                vm_s = T.alloc_shared((d, BS // 16), "int16")
+            for jb in T.Pipelined(T.max(hi - lo, 0), num_stages=stages):
+                j = order[bx, hx, lo + jb]
+                if k_sp:
+                    ks = -k_index[bx, hx, j] - 1
+                    T.copy(k_vals[ks, 0:BS, 0:d // 2], kv_s)
+                    T.copy(k_meta[ks, 0:BS, 0:d // 16], km_s)
+                    unpack(kv_s, km_s, k_s)
+                else:
+                    T.copy(k_dense[k_index[bx, hx, j], 0:BS, 0:d], k_s)
+                if v_sp:
+                    vs = -v_index[bx, hx, j] - 1
+                    T.copy(v_vals[vs, 0:d, 0:BS // 2], vv_s)
+                    T.copy(v_meta[vs, 0:d, 0:BS // 16], vm_s)
+                    unpack(vv_s, vm_s, v_s)
+                else:
+                    T.copy(v_dense[v_index[bx, hx, j], 0:BS, 0:d], v_s)
+                T.gemm(q_s, k_s, acc_s, transpose_B=True, clear_accum=True, policy=T.GemmWarpPolicy.FullCol)
+                for i, t in T.Parallel(block_h, BS):
+                    acc_s[i, t] = T.if_then_else(j * BS + t < seq_len, acc_s[i, t] * sl2, -T.infinity(acc))
+                T.copy(m_cur, m_prev)
+                T.reduce_max(acc_s, m_cur, dim=1, clear=False)
+                for i in T.Parallel(block_h):
+                    rescale[i] = T.exp2(m_prev[i] - m_cur[i])
+                for i, t in T.Parallel(block_h, BS):
+                    acc_s[i, t] = T.exp2(acc_s[i, t] - m_cur[i])
+                T.reduce_sum(acc_s, row_sum, dim=1)
+                for i in T.Parallel(block_h):
+                    l_sum[i] = l_sum[i] * rescale[i] + row_sum[i]
+                for i, c in T.Parallel(block_h, d):
+                    acc_o[i, c] *= rescale[i]
+                T.copy(acc_s, p_s)
+                if v_sp:
+                    T.gemm(p_s, v_s, acc_o, transpose_B=True, policy=T.GemmWarpPolicy.FullCol)
+                else:
+                    T.gemm(p_s, v_s, acc_o, policy=T.GemmWarpPolicy.FullCol)
+
+        return loop
+
+    loop_dd, loop_ds, loop_sd, loop_ss = (make_loop(False, False), make_loop(False, True),
+                                          make_loop(True, False), make_loop(True, True))
+
+    @T.prim_func
+    def decode(
+        q: T.Tensor((batch, h_q, d), dtype),
+        k_dense: T.Tensor((nd_k, BS, d), dtype),
+        k_vals: T.Tensor((ns_k, BS, d // 2), dtype),
+        k_meta: T.Tensor((ns_k, BS, d // 16), "int16"),
+        v_dense: T.Tensor((nd_v, BS, d), dtype),
+        v_vals: T.Tensor((ns_v, d, BS // 2), dtype),
+        v_meta: T.Tensor((ns_v, d, BS // 16), "int16"),
+        k_index: T.Tensor((batch, h_kv, max_blocks), "int32"),
+        v_index: T.Tensor((batch, h_kv, max_blocks), "int32"),
+        order: T.Tensor((batch, h_kv, max_blocks), "int32"),
+        cat_end: T.Tensor((batch, h_kv, 4), "int32"),
+        seq_lens: T.Tensor((batch,), "int32"),
+        scale_log2: T.Tensor((1,), acc),
+        o_part: T.Tensor((batch, h_q, splits, d), acc),
+        lse_part: T.Tensor((batch, h_q, splits), acc),
+    ):
+        with T.Kernel(splits, h_kv, batch, threads=threads) as (sx, hx, bx):
+            q_s = T.alloc_shared((block_h, d), dtype)
+            p_s = T.alloc_shared((block_h, BS), dtype)
+            acc_s = T.alloc_fragment((block_h, BS), acc)
+            acc_o = T.alloc_fragment((block_h, d), acc)
+            m_cur = T.alloc_fragment((block_h,), acc)
+            m_prev = T.alloc_fragment((block_h,), acc)
+            rescale = T.alloc_fragment((block_h,), acc)
+            row_sum = T.alloc_fragment((block_h,), acc)
+            l_sum = T.alloc_fragment((block_h,), acc)
+
+            sl2 = scale_log2[0]
+            seq_len = seq_lens[bx]
+            e0 = cat_end[bx, hx, 0]
+            e1 = cat_end[bx, hx, 1]
+            e2 = cat_end[bx, hx, 2]
+            e3 = cat_end[bx, hx, 3]
+            per = T.ceildiv(e3, splits)
+            start = T.min(sx * per, e3)
+            end = T.min(start + per, e3)
+
+            for i, c in T.Parallel(block_h, d):
+                q_s[i, c] = T.if_then_else(i < g, q[bx, hx * g + i, c], T.cast(0, dtype))
+            T.fill(acc_o, 0)
+            T.fill(l_sum, 0)
+            T.fill(m_cur, -T.infinity(acc))
+            bufs = (order, k_index, v_index, k_dense, k_vals, k_meta, v_dense, v_vals, v_meta, q_s, p_s, acc_s,
+                    acc_o, m_cur, m_prev, rescale, row_sum, l_sum)
+            loop_dd(start, T.min(end, e0), bx, hx, seq_len, sl2, *bufs)
+            loop_ds(T.max(start, e0), T.min(end, e1), bx, hx, seq_len, sl2, *bufs)
+            loop_sd(T.max(start, e1), T.min(end, e2), bx, hx, seq_len, sl2, *bufs)
+            loop_ss(T.max(start, e2), end, bx, hx, seq_len, sl2, *bufs)
+
+            for i, c in T.Parallel(block_h, d):
+                if i < g:
+                    o_part[bx, hx * g + i, sx, c] = T.if_then_else(l_sum[i] > 0, acc_o[i, c] / l_sum[i], 0.0)
+            for i in T.Parallel(block_h):
+                if i < g:
+                    lse_part[bx, hx * g + i, sx] = T.if_then_else(
+                        l_sum[i] > 0, (T.log2(l_sum[i]) + m_cur[i]) * LN2, -T.infinity(acc))
+
+    return decode
+
+
 @functools.lru_cache(maxsize=None)
-def get_kernel(h_q: int, h_kv: int, head_dim: int, dtype: str, threads: int = 128):
-    """Compiled decode kernel for one (heads, head_dim, dtype); cached per process (and on disk by TileLang)."""
+def get_kernel(h_q: int, h_kv: int, head_dim: int, dtype: str, threads: int = 128, version: int = 3,
+               stages: int = 2, target=None):
+    """Compiled decode kernel for one (heads, head_dim, dtype, threads, version); cached per process
+    (and on disk by TileLang). Version 3 takes the category order (``order``, ``cat_end``, see
+    ``gpu.decode_order``); version 2 walks the index map with a dense/sparse branch per block."""
     g = h_q // h_kv
     block_h = max(16, 1 << math.ceil(math.log2(g)))
-    return tilelang.compile(_kernel(h_q, h_kv, head_dim, dtype, block_h, threads), target="cuda")
+    if version == 3:
+        return tilelang.compile(_kernel_v3(h_q, h_kv, head_dim, dtype, block_h, threads, stages),
+                                target=target or "cuda", pass_configs=_PIPELINE_CONFIG)
+    return tilelang.compile(_kernel(h_q, h_kv, head_dim, dtype, block_h, threads), target=target or "cuda")
+
+
+# warp specialization fails on the index loads (NOTES_GPU.md) and TMA needs static slots: plain
+# cp.async multi-buffering from the software pipeliner
+_PIPELINE_CONFIG = {"tl.disable_warp_specialized": True, "tl.disable_tma_lower": True}

@@ -47,6 +47,8 @@ def test_compress_bit_exact(operand, d, dtype):
     r_vals, r_meta = compress_blocks(blocks, mask, operand)
     r_loss = block_loss(blocks, mask)
 
+    assert torch.isfinite(r_loss).float().mean().item() > 0.5  # the loss comparison is not NaN == NaN
+
     vals, meta, loss = gpu.compress_magnitude(blocks, operand)
     assert same_bits(vals, r_vals)
     assert torch.equal(meta, r_meta)
@@ -76,3 +78,25 @@ def test_compress_into_pool_slots(operand, d, dtype):
     untouched = torch.ones(n_slots, dtype=torch.bool, device="cuda")
     untouched[slots[sel].long()] = False
     assert (pool_v[untouched] == 7.0).all() and (pool_m[untouched] == -7).all()
+
+
+@pytest.mark.parametrize("operand,d,dtype", SHAPES)
+def test_compress_kernel_loss_poisoned(operand, d, dtype):
+    """The raw kernel's per-block loss output, poisoned before the launch (-7: a loss is >= 0 or NaN),
+    on plain Gaussian blocks (no specials: every loss finite) against the reference's block_loss."""
+    from hs_kernels import tl_compress
+
+    gen = torch.Generator(device="cuda")
+    gen.seed()
+    n = 129
+    blocks = (torch.randn(n, 64, d, generator=gen, device="cuda") * 3).to(dtype)
+    vshape, mshape = sparse_shapes(operand, d)
+    values = torch.empty((n, *vshape), dtype=dtype, device="cuda")
+    meta = torch.empty((n, *mshape), dtype=torch.int16, device="cuda")
+    loss = torch.full((n,), -7.0, device="cuda")
+    kernel = tl_compress.get_kernel(operand, d, gpu._DTYPES[dtype])
+    kernel(blocks, torch.arange(n, dtype=torch.int32, device="cuda"), values, meta, loss)
+    r_loss = block_loss(blocks, element_mask(blocks, operand))
+    assert torch.isfinite(r_loss).all() and (r_loss > 0).all()
+    assert torch.isfinite(loss).all() and (loss >= 0).all()
+    torch.testing.assert_close(loss, r_loss, rtol=1e-5, atol=1e-4)
