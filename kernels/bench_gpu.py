@@ -63,13 +63,13 @@ def decode_inputs(batch, ctx, s_k, s_v, gen):
     return k_pool, v_pool, k_index, v_index, nbytes
 
 
-_DECODE_SHAPES = [(32, 8, 128, "bfloat16"), (32, 8, 128, "float16"), (16, 2, 64, "bfloat16"),
-                  (6, 6, 64, "float16"), (40, 2, 128, "bfloat16"), (64, 1, 64, "float16"), (8, 2, 256, "bfloat16")]
-PREBUILD = [("decode", (*shape, 128, version)) for version in (3, 2) for shape in _DECODE_SHAPES] + [
-            ("decode", (32, 8, 128, "bfloat16", 256, 3)),
-            ("compress", ("k", 128, "bfloat16")), ("compress", ("v", 128, "bfloat16")),
-            ("compress", ("k", 64, "float16")), ("compress", ("v", 64, "float16")),
-            ("compress", ("k", 128, "float16")), ("compress", ("v", 256, "bfloat16"))]
+PREBUILD = [("decode", (32, 8, 128, "bfloat16")), ("decode", (32, 8, 128, "float16")),
+            ("decode", (16, 2, 64, "bfloat16")), ("decode", (6, 6, 64, "float16")),
+            ("decode", (40, 2, 128, "bfloat16")), ("decode", (64, 1, 64, "float16")),
+            ("decode", (8, 2, 256, "bfloat16")), ("decode", (32, 8, 128, "bfloat16", 256)),
+            *[("compress", (*shape, mode)) for mode in ("block", "group") for shape in (
+                ("k", 128, "bfloat16"), ("v", 128, "bfloat16"), ("k", 64, "float16"), ("v", 64, "float16"),
+                ("k", 128, "float16"), ("v", 256, "bfloat16"))]]
 
 
 def _build(job):
@@ -130,17 +130,12 @@ def main():
     sl = torch.full((b,), ctx, dtype=torch.int32, device="cuda")
     for s_k, s_v in settings:
         k_pool, v_pool, k_index, v_index, nbytes = decode_inputs(b, ctx, s_k, s_v, gen)
-        cached_order = gpu.decode_order(k_index, v_index, sl)
-        # (splits, threads, version, precomputed order)
-        variants = [(None, None, 3, False), (None, None, 3, True)]
-        if (s_k, s_v) in ((0, 0), (1, 1)):
-            variants += [(16, None, 3, True), (48, None, 3, True), (None, 256, 3, True), (None, None, 2, False)]
-        for splits, threads, version, cached in variants:
-            ms = bench(lambda: gpu.decode_attention(q, k_pool, v_pool, k_index, v_index, sl, num_splits=splits,
-                                                    threads=threads, version=version,
-                                                    order=cached_order if cached else None))
-            label = (f"v{version} S_K={s_k} S_V={s_v}" + (" order cached" if cached else "")
-                     + ("" if splits is None else f" splits={splits}")
+        variants = [(None, None)] if (s_k, s_v) not in ((0, 0), (1, 1)) else [
+            (None, None), (16, None), (48, None), (None, 256)]
+        for splits, threads in variants:
+            ms = bench(lambda: gpu.decode_attention(q, k_pool, v_pool, k_index, v_index, sl,
+                                                    num_splits=splits, threads=threads))
+            label = (f"ours S_K={s_k} S_V={s_v}" + ("" if splits is None else f" splits={splits}")
                      + ("" if threads is None else f" threads={threads}"))
             rows.append((f"decode B={b} {ctx // 1024}K", label, ms, nbytes / ms / 1e6, base / ms))
         del k_pool, v_pool

@@ -27,7 +27,7 @@ _DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
 _DECODE_HEAD_DIMS = (64, 128, 256)
 _MAX_GROUP = 64
 _THREADS = int(os.environ.get("HS_DECODE_THREADS", "128"))
-_VERSION = int(os.environ.get("HS_DECODE_VERSION", "3"))
+_LOSS_MODE = "block"  # compression loss summed per block in the kernel ("group": per 2:4 group)
 
 
 @functools.lru_cache(maxsize=None)
@@ -62,35 +62,14 @@ def _nonempty(x: torch.Tensor) -> torch.Tensor:
     return x if x.shape[0] else torch.zeros((1, *x.shape[1:]), dtype=x.dtype, device=x.device)
 
 
-def decode_order(k_index: torch.Tensor, v_index: torch.Tensor, seq_lens: torch.Tensor
-                 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Block order of the v3 decode kernel: per (seq, KV head), the positions of the sequence's
-    blocks sorted by category (0: K dense V dense, 1: K dense V sparse, 2: K sparse V dense,
-    3: both sparse), stably; ``order [B, H_kv, max_blocks]`` int32 (positions past the sequence
-    last) and ``cat_end [B, H_kv, 4]`` int32, the end of each category in ``order``. Depends only on
-    the index maps and lengths: a server can keep it with them instead of recomputing it each step."""
-    max_blocks = k_index.shape[-1]
-    n_blocks = (seq_lens.to(torch.int32) + (BLOCK_SIZE - 1)) // BLOCK_SIZE
-    valid = torch.arange(max_blocks, device=k_index.device) < n_blocks[:, None, None]
-    cat = torch.where(valid, (k_index < 0).to(torch.int8) * 2 + (v_index < 0).to(torch.int8), 4)
-    order = torch.argsort(cat, dim=-1, stable=True).to(torch.int32)
-    cat_end = (cat[..., None] <= torch.arange(4, device=cat.device, dtype=cat.dtype)).sum(-2, dtype=torch.int32)
-    return order.contiguous(), cat_end.contiguous()
-
-
 def decode_attention(q: torch.Tensor, k_pool: BlockPool, v_pool: BlockPool,
                      k_index: torch.Tensor, v_index: torch.Tensor, seq_lens: torch.Tensor,
                      sm_scale: float | None = None, num_splits: int | None = None,
-                     threads: int | None = None, version: int | None = None,
-                     order: tuple[torch.Tensor, torch.Tensor] | None = None
-                     ) -> tuple[torch.Tensor, torch.Tensor]:
+                     threads: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """``hs_kernels.attention.decode_attention`` on the TileLang kernel where supported (see module doc).
 
-    ``num_splits`` / ``threads`` (optional) override the split-KV count / threads per program;
-    ``version`` the kernel (3: category-ordered pipelined loops, default; 2: per-block branch);
-    ``order`` a precomputed ``decode_order(k_index, v_index, seq_lens)`` for version 3.
-    No host synchronisation on the GPU path (seq_lens are not range-checked there: they must lie
-    in ``[1, 64 * max_blocks]``).
+    ``num_splits`` / ``threads`` (optional) override the split-KV count / threads per program. No host synchronisation on the GPU path
+    (seq_lens are not range-checked there: they must lie in ``[1, 64 * max_blocks]``).
     """
     if not decode_supported(q, k_pool, v_pool, k_index):
         return _ref.decode_attention(q, k_pool, v_pool, k_index, v_index, seq_lens, sm_scale)
@@ -104,19 +83,14 @@ def decode_attention(q: torch.Tensor, k_pool: BlockPool, v_pool: BlockPool,
     splits = num_splits or default_splits(batch, h_kv, max_blocks, q.device)
     from . import tl_decode
 
-    version = version or _VERSION
-    kernel = tl_decode.get_kernel(h_q, h_kv, d, _DTYPES[q.dtype], threads or _THREADS, version)
+    kernel = tl_decode.get_kernel(h_q, h_kv, d, _DTYPES[q.dtype], threads or _THREADS)
     o_part = torch.empty(batch, h_q, splits, d, dtype=torch.float32, device=q.device)
     lse_part = torch.empty(batch, h_q, splits, dtype=torch.float32, device=q.device)
     scale_log2 = torch.full((1,), scale * tl_decode.LOG2E, dtype=torch.float32, device=q.device)
-    k_index, v_index = k_index.contiguous(), v_index.contiguous()
-    seq_lens = seq_lens.to(torch.int32).contiguous()
-    extra = ()
-    if version == 3:
-        extra = order if order is not None else decode_order(k_index, v_index, seq_lens)
     kernel(q.contiguous(), _nonempty(k_pool.dense), _nonempty(k_pool.values), _nonempty(k_pool.meta),
            _nonempty(v_pool.dense), _nonempty(v_pool.values), _nonempty(v_pool.meta),
-           k_index, v_index, *extra, seq_lens, scale_log2, o_part, lse_part)
+           k_index.contiguous(), v_index.contiguous(), seq_lens.to(torch.int32).contiguous(), scale_log2,
+           o_part, lse_part)
     if splits == 1:
         return o_part[:, :, 0].to(q.dtype), lse_part[:, :, 0]
     lse = torch.logsumexp(lse_part, dim=-1)
@@ -157,11 +131,13 @@ def compress_magnitude(blocks: torch.Tensor, operand: str, values: torch.Tensor 
         return values, meta, block_loss(blocks, mask)
     from . import tl_compress
 
-    loss = torch.empty(n, dtype=torch.float32, device=blocks.device)
-    kernel = tl_compress.get_kernel(operand, d, _DTYPES[blocks.dtype])
+    kernel = tl_compress.get_kernel(operand, d, _DTYPES[blocks.dtype], _LOSS_MODE)
+    if _LOSS_MODE == "block":  # the kernel writes each block's loss
+        loss = torch.empty(n, dtype=torch.float32, device=blocks.device)
+    else:  # per-group losses from the kernel, summed here
+        loss = torch.empty(n, vshape[0], vshape[1] // 2, dtype=torch.float32, device=blocks.device)
     kernel(blocks.contiguous(), slots.to(torch.int32).contiguous(), values, meta, loss)
-    return values, meta, loss
+    return values, meta, loss if _LOSS_MODE == "block" else loss.sum(dim=(1, 2))
 
 
-__all__ = ["tilelang_available", "decode_supported", "decode_attention", "decode_order", "compress_magnitude",
-           "default_splits"]
+__all__ = ["tilelang_available", "decode_supported", "decode_attention", "compress_magnitude", "default_splits"]

@@ -25,7 +25,7 @@ import tilelang.language as T
 BS = 64
 
 
-def _kernel(operand: str, head_dim: int, dtype: str, threads: int = 128):
+def _kernel(operand: str, head_dim: int, dtype: str, threads: int = 128, loss_mode: str = "block"):
     d = head_dim
     n = T.dynamic("n_blocks")
     n_slots = T.dynamic("n_slots")
@@ -56,7 +56,7 @@ def _kernel(operand: str, head_dim: int, dtype: str, threads: int = 128):
         slots: T.Tensor((n,), "int32"),
         values: T.Tensor((n_slots, rows, row_len // 2), dtype),
         meta: T.Tensor((n_slots, rows, words), "int16"),
-        loss: T.Tensor((n,), acc),
+        loss: T.Tensor((n,) if loss_mode == "block" else (n, rows, groups), acc),
     ):
         with T.Kernel(n, threads=threads) as bx:
             x_s = T.alloc_shared((BS, d), dtype)
@@ -69,10 +69,6 @@ def _kernel(operand: str, head_dim: int, dtype: str, threads: int = 128):
 
             T.copy(blocks[bx, 0:BS, 0:d], x_s)
             for r, gi in T.Parallel(rows, groups):
-                x0 = T.cast(get(x_s, r, gi * 4 + 0), acc)
-                x1 = T.cast(get(x_s, r, gi * 4 + 1), acc)
-                x2 = T.cast(get(x_s, r, gi * 4 + 2), acc)
-                x3 = T.cast(get(x_s, r, gi * 4 + 3), acc)
                 # magnitudes compared as integer bit patterns |bits| (monotonic for IEEE halves),
                 # clamped at +inf so that NaN ties with inf, as the reference's nan_to_num(inf)
                 a0 = T.min(T.cast(T.reinterpret(get(x_s, r, gi * 4 + 0), "int16"), "int32") & 0x7FFF, inf_bits)
@@ -94,10 +90,15 @@ def _kernel(operand: str, head_dim: int, dtype: str, threads: int = 128):
                 nib_s[r, gi] = idx0 | (idx1 << 2)
                 val_s[r, gi * 2] = get(x_s, r, gi * 4 + idx0)
                 val_s[r, gi * 2 + 1] = get(x_s, r, gi * 4 + idx1)
-                # L1 of the pruned elements, float32 (k3 = 2 - k0 - k1 - k2)
-                lg_s[r, gi] = (T.if_then_else(k0 == 1, 0.0, T.abs(x0)) + T.if_then_else(k1 == 1, 0.0, T.abs(x1))
-                             + T.if_then_else(k2 == 1, 0.0, T.abs(x2))
-                             + T.if_then_else(k0 + k1 + k2 == 2, 0.0, T.abs(x3)))
+                # L1 of the two pruned elements (p0 < p1: the complement of idx0, idx1), float32,
+                # read by index like the kept values (a select over Let-bound floats read wrong on the H200)
+                p0 = T.if_then_else(k0 == 0, 0, T.if_then_else(k1 == 0, 1, 2))
+                p1 = T.if_then_else(k0 + k1 == 0, 1, T.if_then_else(k0 + k1 + k2 == 1, 2, 3))
+                lg = (T.abs(T.cast(get(x_s, r, gi * 4 + p0), acc)) + T.abs(T.cast(get(x_s, r, gi * 4 + p1), acc)))
+                if loss_mode == "group":
+                    loss[bx, r, gi] = lg
+                else:
+                    lg_s[r, gi] = lg
             T.sync_threads()  # nib_s / lg_s are read across threads below
             for r, w in T.Parallel(rows, words):
                 word = (nib_s[r, w * 4] | (nib_s[r, w * 4 + 1] << 4) | (nib_s[r, w * 4 + 2] << 8)
@@ -105,11 +106,12 @@ def _kernel(operand: str, head_dim: int, dtype: str, threads: int = 128):
                 meta_s[r, w] = T.cast(T.if_then_else(word >= 32768, word - 65536, word), "int16")
             # per half-row sums, serial over the groups: rows * 2 >= 128 items, one or more per thread
             # (a parallel loop with fewer items than threads was mapped out of bounds)
-            for r, h in T.Parallel(rows, 2):
-                lr_s[r, h] = half_row_sum(lg_s, r, h)
-            T.sync_threads()
-            if tx == 0:
-                loss[bx] = block_sum(lr_s)
+            if loss_mode == "block":
+                for r, h in T.Parallel(rows, 2):
+                    lr_s[r, h] = half_row_sum(lg_s, r, h)
+                T.sync_threads()
+                if tx == 0:
+                    loss[bx] = block_sum(lr_s)
             slot = slots[bx]
             if slot >= 0:
                 T.copy(val_s, values[slot, 0:rows, 0:row_len // 2])
@@ -119,9 +121,10 @@ def _kernel(operand: str, head_dim: int, dtype: str, threads: int = 128):
 
 
 @functools.lru_cache(maxsize=None)
-def get_kernel(operand: str, head_dim: int, dtype: str, target=None):
-    """Compiled compression kernel for one (operand, head_dim, dtype); cached per process."""
+def get_kernel(operand: str, head_dim: int, dtype: str, loss_mode: str = "block", target=None):
+    """Compiled compression kernel for one (operand, head_dim, dtype); cached per process.
+    ``loss_mode``: "block" writes the block's loss ``[N]``; "group" the per-group losses ``[N, R, G]``."""
     # no shared-memory reuse: the planner aliased the loss rows onto the nibble buffer that other
     # threads may still be reading (no barrier between the two loops); 43 KB per program is cheap
-    return tilelang.compile(_kernel(operand, head_dim, dtype), target=target or "cuda",
+    return tilelang.compile(_kernel(operand, head_dim, dtype, loss_mode=loss_mode), target=target or "cuda",
                             pass_configs={"tl.disable_shared_memory_reuse": True})

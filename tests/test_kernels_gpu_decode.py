@@ -69,8 +69,7 @@ CASES = [
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"b{c[0]}-hq{c[1]}-hkv{c[2]}-d{c[3]}-{str(c[4])[6:]}-k{c[6]}-v{c[7]}")
 @pytest.mark.parametrize("splits", [1, 3, 16])
-@pytest.mark.parametrize("version", [3, 2])
-def test_decode_matches_reference(case, splits, version):
+def test_decode_matches_reference(case, splits):
     batch, h_q, h_kv, d, dtype, seq_lens, p_k, p_v = case
     gen = torch.Generator(device="cuda")
     gen.seed()
@@ -80,18 +79,16 @@ def test_decode_matches_reference(case, splits, version):
     from hs_kernels import tl_decode
 
     # the raw kernel: poisoned partial outputs must be fully written
-    kernel = tl_decode.get_kernel(h_q, h_kv, d, gpu._DTYPES[dtype], 128, version)
-    extra = gpu.decode_order(k_index, v_index, sl) if version == 3 else ()
+    kernel = tl_decode.get_kernel(h_q, h_kv, d, gpu._DTYPES[dtype])
     o_part = torch.full((batch, h_q, splits, d), float("nan"), device="cuda")
     lse_part = torch.full((batch, h_q, splits), float("nan"), device="cuda")
     kernel(q, gpu._nonempty(k_pool.dense), gpu._nonempty(k_pool.values), gpu._nonempty(k_pool.meta),
            gpu._nonempty(v_pool.dense), gpu._nonempty(v_pool.values), gpu._nonempty(v_pool.meta),
-           k_index, v_index, *extra, sl, torch.full((1,), scale * tl_decode.LOG2E, device="cuda"), o_part, lse_part)
+           k_index, v_index, sl, torch.full((1,), scale * tl_decode.LOG2E, device="cuda"), o_part, lse_part)
     torch.cuda.synchronize()
     assert not o_part.isnan().any() and not lse_part.isnan().any()
 
-    out, lse = gpu.decode_attention(q, k_pool, v_pool, k_index, v_index, sl, scale, num_splits=splits,
-                                    version=version)
+    out, lse = gpu.decode_attention(q, k_pool, v_pool, k_index, v_index, sl, scale, num_splits=splits)
     r_out, r_lse = ref.decode_attention(q, k_pool, v_pool, k_index, v_index, sl, scale)
     assert out.dtype == dtype and out.shape == (batch, h_q, d) and lse.shape == (batch, h_q)
     assert torch.isfinite(out).all() and torch.isfinite(lse).all()
