@@ -1,7 +1,8 @@
 """HSStats: compressed vs dense bytes, blocks by kind, prefix hits, pool slot accounting.
 
 Kept in the scheduler process (which owns the pool and the radix cache), logged, and published as
-JSON to a file that the HTTP server's GET /hs/stats reads (the two live in different processes).
+JSON to a file that the HTTP server's GET /hs/stats reads (the two live in different processes),
+and as Prometheus gauges when SGLang's metrics are on (metrics.py).
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import time
 
 import torch
 from hs_kernels import NO_BLOCK, is_sparse
+
+from .metrics import HSMetrics, metrics_enabled
 
 logger = logging.getLogger("sglang_hs")
 
@@ -35,6 +38,7 @@ class HSStats:
         self.prefix_cut_backs = 0  # matches shortened to a stored streaming window
         self._last_log = 0.0
         self.dirty = True  # something changed since the last publish
+        self.metrics = None  # HSMetrics, made on first publish if SGLang's metrics are on
 
     def attach(self, pool, cache):
         self.pool, self.cache = pool, cache
@@ -124,6 +128,10 @@ class HSStats:
         with open(tmp, "w") as f:
             json.dump(snap, f)
         os.replace(tmp, self.path)
+        if self.metrics is None and metrics_enabled():
+            self.metrics = HSMetrics()
+        if self.metrics is not None:
+            self.metrics.update(snap)
         if now - self._last_log >= self.log_interval_s:
             logger.info("hs stats: %s", {k: v for k, v in snap.items() if k != "settings"})
         self._last_log = now

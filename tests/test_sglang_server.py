@@ -49,7 +49,7 @@ def server(tmp_path_factory):
            "--dtype", "float32", "--port", str(port), "--max-total-tokens", "1536", "--context-length", "1024",
            "--mem-fraction-static", "0.05", "--disable-cuda-graph", "--sampling-backend", "pytorch",
            "--grammar-backend", "none", "--hs-decode-sk", "1", "--hs-decode-sv", "1",
-           "--hs-dense-reserve", "1.0"]  # a 24-page pool: every page may be dense while a batch prefills
+           "--hs-dense-reserve", "1.0", "--enable-metrics"]  # a 24-page pool: every page may be dense while a batch prefills
     out = open(root / "server.log", "w")
     proc = subprocess.Popen(cmd, env=cpu_env(str(log), SGLANG_HS_STATS_FILE=str(root / "stats.json")), stdout=out, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
@@ -100,6 +100,18 @@ def test_concurrent_overlapping_prefixes_evict_without_leaks(server):
     assert stats["pages_in_use"] == 0 and stats["dense_blocks"] == 0 and stats["sparse_blocks"] == 0
     assert stats["stream_pages"] == 0 and stats["slot_problems"] == []
     assert not log.exists(), log.read_text()
+    assert log.with_suffix(".loaded").exists()  # the placeholder was in use (and never called)
+
+
+def test_prometheus_metrics(server):
+    base, _ = server
+    generate(base, "metrics please " * 10)
+    time.sleep(1.5)
+    with urllib.request.urlopen(base + "/metrics", timeout=30) as r:
+        text = r.read().decode()
+    assert "sglang:num_running_reqs" in text  # SGLang's own
+    for name in ("sglang_hs:dense_blocks", "sglang_hs:sparse_blocks", "sglang_hs:stream_pages", "sglang_hs:prefix_hit_tokens"):
+        assert name in text, name
 
 
 def test_long_decode_trims_streaming_pages(server):

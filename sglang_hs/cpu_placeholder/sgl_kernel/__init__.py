@@ -9,6 +9,9 @@ CPU runs; never on a machine with the real sgl_kernel.
 import os
 
 PLACEHOLDER = True
+if os.environ.get("SGLANG_HS_PLACEHOLDER_LOG"):  # record that the placeholder is what got imported
+    with open(os.path.splitext(os.environ["SGLANG_HS_PLACEHOLDER_LOG"])[0] + ".loaded", "a") as _f:
+        _f.write(f"{os.getpid()}\n")
 NAMES = (
     "rmsnorm",
     "gptq_gemm",
