@@ -27,7 +27,7 @@ _DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
 _DECODE_HEAD_DIMS = (64, 128, 256)
 _MAX_GROUP = 64
 _THREADS = int(os.environ.get("HS_DECODE_THREADS", "128"))
-_LOSS_MODE = "block"  # compression loss summed per block in the kernel ("group": per 2:4 group)
+_LOSS_MODE = "warp"  # compression loss summed per block in the kernel (see tl_compress.get_kernel)
 
 
 @functools.lru_cache(maxsize=None)
@@ -132,12 +132,12 @@ def compress_magnitude(blocks: torch.Tensor, operand: str, values: torch.Tensor 
     from . import tl_compress
 
     kernel = tl_compress.get_kernel(operand, d, _DTYPES[blocks.dtype], _LOSS_MODE)
-    if _LOSS_MODE == "block":  # the kernel writes each block's loss
+    if _LOSS_MODE != "group":  # the kernel writes each block's loss
         loss = torch.empty(n, dtype=torch.float32, device=blocks.device)
     else:  # per-group losses from the kernel, summed here
         loss = torch.empty(n, vshape[0], vshape[1] // 2, dtype=torch.float32, device=blocks.device)
     kernel(blocks.contiguous(), slots.to(torch.int32).contiguous(), values, meta, loss)
-    return values, meta, loss if _LOSS_MODE == "block" else loss.sum(dim=(1, 2))
+    return values, meta, loss if _LOSS_MODE != "group" else loss.sum(dim=(1, 2))
 
 
 __all__ = ["tilelang_available", "decode_supported", "decode_attention", "compress_magnitude", "default_splits"]

@@ -50,13 +50,21 @@ def _kernel(operand: str, head_dim: int, dtype: str, threads: int = 128, loss_mo
     def block_sum(buf):  # all rows x 2 half-row sums of the block
         return tree_sum([buf[r, h] for r in range(rows) for h in range(2)])
 
+    per_lane = rows * 2 // 32
+
+    def lane_sum(buf, lane):  # lane's share (per_lane consecutive half rows) of the flattened [rows, 2]
+        return tree_sum([buf[(lane * per_lane + i) // 2, (lane * per_lane + i) % 2] for i in range(per_lane)])
+
+    def warp_sum(buf):
+        return tree_sum([buf[i] for i in range(32)])
+
     @T.prim_func
     def compress(
         blocks: T.Tensor((n, BS, d), dtype),
         slots: T.Tensor((n,), "int32"),
         values: T.Tensor((n_slots, rows, row_len // 2), dtype),
         meta: T.Tensor((n_slots, rows, words), "int16"),
-        loss: T.Tensor((n,) if loss_mode == "block" else (n, rows, groups), acc),
+        loss: T.Tensor((n, rows, groups) if loss_mode == "group" else (n,), acc),
     ):
         with T.Kernel(n, threads=threads) as bx:
             x_s = T.alloc_shared((BS, d), dtype)
@@ -65,6 +73,7 @@ def _kernel(operand: str, head_dim: int, dtype: str, threads: int = 128, loss_mo
             meta_s = T.alloc_shared((rows, words), "int16")
             lg_s = T.alloc_shared((rows, groups), acc)
             lr_s = T.alloc_shared((rows, 2), acc)
+            ws_s = T.alloc_shared((32,), acc)
             tx = T.get_thread_binding()
 
             T.copy(blocks[bx, 0:BS, 0:d], x_s)
@@ -106,12 +115,19 @@ def _kernel(operand: str, head_dim: int, dtype: str, threads: int = 128, loss_mo
                 meta_s[r, w] = T.cast(T.if_then_else(word >= 32768, word - 65536, word), "int16")
             # per half-row sums, serial over the groups: rows * 2 >= 128 items, one or more per thread
             # (a parallel loop with fewer items than threads was mapped out of bounds)
-            if loss_mode == "block":
+            if loss_mode != "group":
                 for r, h in T.Parallel(rows, 2):
                     lr_s[r, h] = half_row_sum(lg_s, r, h)
                 T.sync_threads()
-                if tx == 0:
-                    loss[bx] = block_sum(lr_s)
+                if loss_mode == "block":  # one thread sums all half rows
+                    if tx == 0:
+                        loss[bx] = block_sum(lr_s)
+                else:  # "warp": 32 lanes sum rows * 2 / 32 half rows each, then one thread the 32
+                    if tx < 32:
+                        ws_s[tx] = lane_sum(lr_s, tx)
+                    T.sync_threads()
+                    if tx == 0:
+                        loss[bx] = warp_sum(ws_s)
             slot = slots[bx]
             if slot >= 0:
                 T.copy(val_s, values[slot, 0:rows, 0:row_len // 2])
@@ -123,7 +139,8 @@ def _kernel(operand: str, head_dim: int, dtype: str, threads: int = 128, loss_mo
 @functools.lru_cache(maxsize=None)
 def get_kernel(operand: str, head_dim: int, dtype: str, loss_mode: str = "block", target=None):
     """Compiled compression kernel for one (operand, head_dim, dtype); cached per process.
-    ``loss_mode``: "block" writes the block's loss ``[N]``; "group" the per-group losses ``[N, R, G]``."""
+    ``loss_mode``: "block" / "warp" write the block's loss ``[N]`` (summed by one thread / by a warp
+    then one thread); "group" the per-group losses ``[N, R, G]``."""
     # no shared-memory reuse: the planner aliased the loss rows onto the nibble buffer that other
     # threads may still be reading (no barrier between the two loops); 43 KB per program is cheap
     return tilelang.compile(_kernel(operand, head_dim, dtype, loss_mode=loss_mode), target=target or "cuda",

@@ -80,7 +80,7 @@ def test_compress_into_pool_slots(operand, d, dtype):
     assert (pool_v[untouched] == 7.0).all() and (pool_m[untouched] == -7).all()
 
 
-@pytest.mark.parametrize("loss_mode", ["block", "group"])
+@pytest.mark.parametrize("loss_mode", ["block", "warp", "group"])
 @pytest.mark.parametrize("operand,d,dtype", SHAPES)
 def test_compress_kernel_loss_poisoned(operand, d, dtype, loss_mode):
     """The raw kernel's per-block loss output, poisoned before the launch (-7: a loss is >= 0 or NaN),
@@ -94,12 +94,12 @@ def test_compress_kernel_loss_poisoned(operand, d, dtype, loss_mode):
     vshape, mshape = sparse_shapes(operand, d)
     values = torch.empty((n, *vshape), dtype=dtype, device="cuda")
     meta = torch.empty((n, *mshape), dtype=torch.int16, device="cuda")
-    shape = (n,) if loss_mode == "block" else (n, vshape[0], vshape[1] // 2)
+    shape = (n, vshape[0], vshape[1] // 2) if loss_mode == "group" else (n,)
     loss = torch.full(shape, -7.0, device="cuda")
     kernel = tl_compress.get_kernel(operand, d, gpu._DTYPES[dtype], loss_mode)
     kernel(blocks, torch.arange(n, dtype=torch.int32, device="cuda"), values, meta, loss)
     assert (loss >= 0).all()  # every poisoned element written
-    loss = loss if loss_mode == "block" else loss.sum(dim=(1, 2))
+    loss = loss.sum(dim=(1, 2)) if loss_mode == "group" else loss
     r_loss = block_loss(blocks, element_mask(blocks, operand))
     assert torch.isfinite(r_loss).all() and (r_loss > 0).all()
     assert torch.isfinite(loss).all() and (loss >= 0).all()
