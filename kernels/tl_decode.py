@@ -3,8 +3,8 @@
 Same semantics as ``hs_kernels.attention.decode_attention`` (the oracle). Split-KV: program
 ``(split, kv_head, seq)`` walks its share of the sequence's 64-token blocks through the index map,
 with the ``H_q / H_kv`` query heads of the KV group packed as the rows of one tile (padded to
-``block_h``); each block is loaded dense or as 2:4 values + int16 metadata decompressed from global
-straight into shared memory (decode is bandwidth-bound: only the bytes moved matter, not the tensor-core rate);
+``block_h``); each block is loaded dense or as 2:4 values + int16 metadata and decompressed in
+shared memory (decode is bandwidth-bound: only the bytes moved matter, not the tensor-core rate);
 the online softmax keeps a running max and sum; the per-split results are combined by
 log-sum-exp (``combine``).
 
@@ -40,17 +40,17 @@ def _kernel(h_q: int, h_kv: int, head_dim: int, dtype: str, block_h: int, thread
     acc = "float32"
 
     @T.macro
-    def unpack(vals, meta, slot, out_s):
-        """2:4 block ``slot`` of a sparse pool (values [R, L/2], int16 nibble words [R, L/16], 2:4 along
-        each row) decompressed straight from global memory into ``out_s [R, L]`` (no shared staging:
-        each thread's group loads are independent and in flight together). K: R = tokens, L = head_dim;
-        V: R = head_dim (channel-major), L = tokens."""
+    def unpack(vals_s, meta_s, out_s):
+        """2:4 values [R, L/2] + int16 nibble words [R, L/16] (2:4 along each row), staged in shared
+        memory by vectorized copies -> dense ``out_s [R, L]``. K: R = tokens, L = head_dim; V: R = head_dim
+        (channel-major, consumed as V^T), L = tokens. (Reading the values straight from global memory
+        instead, scalar loads, measured 1.8x slower at S_K = S_V = 1: NOTES_GPU.md.)"""
         for r, e in T.Parallel(out_s.shape[0], out_s.shape[1]):
-            nib = (T.cast(meta[slot, r, e // 16], "int32") >> ((e // 4) % 4 * 4)) & 15
+            nib = (T.cast(meta_s[r, e // 16], "int32") >> ((e // 4) % 4 * 4)) & 15
             pos = e % 4
             out_s[r, e] = T.if_then_else(
-                pos == (nib & 3), vals[slot, r, (e // 4) * 2],
-                T.if_then_else(pos == (nib >> 2), vals[slot, r, (e // 4) * 2 + 1], T.cast(0, dtype)))
+                pos == (nib & 3), vals_s[r, (e // 4) * 2],
+                T.if_then_else(pos == (nib >> 2), vals_s[r, (e // 4) * 2 + 1], T.cast(0, dtype)))
 
     @T.prim_func
     def decode(
@@ -73,6 +73,10 @@ def _kernel(h_q: int, h_kv: int, head_dim: int, dtype: str, block_h: int, thread
             k_s = T.alloc_shared((BS, d), dtype)
             v_s = T.alloc_shared((BS, d), dtype)
             vt_s = T.alloc_shared((d, BS), dtype)
+            kv_s = T.alloc_shared((BS, d // 2), dtype)
+            km_s = T.alloc_shared((BS, d // 16), "int16")
+            vv_s = T.alloc_shared((d, BS // 2), dtype)
+            vm_s = T.alloc_shared((d, BS // 16), "int16")
             p_s = T.alloc_shared((block_h, BS), dtype)
             acc_s = T.alloc_fragment((block_h, BS), acc)
             acc_o = T.alloc_fragment((block_h, d), acc)
@@ -103,12 +107,16 @@ def _kernel(h_q: int, h_kv: int, head_dim: int, dtype: str, block_h: int, thread
                 if ke >= 0:
                     T.copy(k_dense[ke, 0:BS, 0:d], k_s)
                 else:
-                    unpack(k_vals, k_meta, -ke - 1, k_s)
+                    T.copy(k_vals[-ke - 1, 0:BS, 0:d // 2], kv_s)
+                    T.copy(k_meta[-ke - 1, 0:BS, 0:d // 16], km_s)
+                    unpack(kv_s, km_s, k_s)
                 # ---- V block -> v_s (dense, token-major [64, D]) or vt_s (sparse: 2:4 along tokens)
                 if ve >= 0:
                     T.copy(v_dense[ve, 0:BS, 0:d], v_s)
                 else:  # decompressed channel-major (contiguous along tokens), consumed as V^T below
-                    unpack(v_vals, v_meta, -ve - 1, vt_s)
+                    T.copy(v_vals[-ve - 1, 0:d, 0:BS // 2], vv_s)
+                    T.copy(v_meta[-ve - 1, 0:d, 0:BS // 16], vm_s)
+                    unpack(vv_s, vm_s, vt_s)
                 # ---- scores and online softmax (base 2)
                 T.gemm(q_s, k_s, acc_s, transpose_B=True, clear_accum=True, policy=T.GemmWarpPolicy.FullCol)
                 for i, t in T.Parallel(block_h, BS):
