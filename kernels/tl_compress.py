@@ -10,7 +10,8 @@ largest magnitudes (ties to the lower index, NaN largest: the reference's 6-comp
 the kept values and the nibbles are packed in shared memory and written with coalesced copies
 straight into pool slot ``slots[n]`` (skipped where ``slots[n] < 0``, so the same kernel computes
 only the losses); the loss of every block is always written: per-group L1 of the two pruned elements,
-summed per half row (one thread each), then per block by one thread over a balanced tree (float32).
+summed per half row (one thread each), then per block (``loss_mode``: by a warp then one thread,
+or by one thread; or per-group losses written out), float32.
 
 Shapes fixed at compile time: operand, head_dim, dtype; the number of blocks and of pool slots are
 symbolic. Imported only on CUDA (needs ``tilelang``); TileLang reads this file's source.
