@@ -78,3 +78,40 @@ def prepare_embedded(out_dir: str, retrieval_ratio: float) -> str:
            "--retrieval-ratio", str(retrieval_ratio), "--overwrite"]
     subprocess.run(cmd, check=True, capture_output=True, text=True)
     return out_dir
+
+
+ENGINE_DEFAULTS = dict(device="cpu", dtype="float32", mem_fraction_static=0.05, disable_cuda_graph=True,
+                       log_level="error", sampling_backend="pytorch", grammar_backend="none")
+
+
+def cpu_engine(model: str, hs_args: dict | None = None, **kwargs):
+    """sglang.Engine on CPU (ENGINE_DEFAULTS, overridable): stock SGLang if ``hs_args`` is None, else hs."""
+    common = {**ENGINE_DEFAULTS, **kwargs}
+    if hs_args is None:
+        import sglang
+
+        return sglang.Engine(model_path=model, **common)
+    from .engine import create
+
+    return create(model, hs_args=hs_args, **common)
+
+
+def greedy_divergence(a: dict, b: dict) -> tuple[int | None, float, float]:
+    """Compare two greedy ``generate`` results made with ``return_logprob=True, top_logprobs_num >= 2``.
+
+    Returns (first output position where the token ids differ, or None; the largest difference of the
+    chosen tokens' logprobs before it; the smaller top-1 minus top-2 logprob margin of the two runs at
+    that position, inf if none). A real model in float32 may flip only where that margin is ~0.
+    """
+    ids_a, ids_b = a["output_ids"], b["output_ids"]
+    lp_a, lp_b = a["meta_info"]["output_token_logprobs"], b["meta_info"]["output_token_logprobs"]
+    n = min(len(ids_a), len(ids_b))
+    first = next((i for i in range(n) if ids_a[i] != ids_b[i]), None if len(ids_a) == len(ids_b) else n)
+    same = n if first is None else first
+    diff = max((abs(lp_a[i][0] - lp_b[i][0]) for i in range(same)), default=0.0)
+    margin = float("inf")
+    if first is not None and first < n:
+        for r in (a, b):
+            top = sorted((t[0] for t in r["meta_info"]["output_top_logprobs"][first]), reverse=True)
+            margin = min(margin, top[0] - top[1])
+    return first, diff, margin

@@ -11,7 +11,7 @@ pytest.importorskip("hs_prep")
 
 from hs_kernels import model_bytes  # noqa: E402
 
-from sglang_hs.testing import prepare, tiny_llama, use_cpu_placeholder  # noqa: E402
+from sglang_hs.testing import cpu_engine, prepare, tiny_llama, use_cpu_placeholder  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -36,16 +36,7 @@ def placeholder_log(tmp_path_factory):
 
 
 def engine(model, hs_args=None, **kwargs):
-    common = dict(device="cpu", dtype="float32", max_total_tokens=8192, mem_fraction_static=0.05,
-                  disable_cuda_graph=True, log_level="error", sampling_backend="pytorch", grammar_backend="none")
-    common.update(kwargs)
-    if hs_args is None:
-        import sglang
-
-        return sglang.Engine(model_path=model, **common)
-    from sglang_hs.engine import create
-
-    return create(model, hs_args=hs_args, **common)
+    return cpu_engine(model, hs_args, **{"max_total_tokens": 8192, **kwargs})
 
 
 GREEDY = {"max_new_tokens": 12, "temperature": 0.0}
