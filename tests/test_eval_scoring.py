@@ -71,7 +71,7 @@ def _results(rows_by_setting):
 
 
 def _row(correct, cache="cold", kv=50.0):
-    return {"task": "passkey", "length": 1024, "cache": cache, "correct": correct, "n_tokens": 1000,
+    return {"task": "passkey", "length": 1024, "depth": 0.5, "cache": cache, "correct": correct, "n_tokens": 1000,
             "kv_bytes_per_token": kv, "cached_tokens": None}
 
 
@@ -86,6 +86,7 @@ def test_summary_table_counts_and_outputs(tmp_path):
     assert (by["aoh", "warm"]["correct"], by["aoh", "warm"]["total"]) == (0, 1)
     md = (tmp_path / "results.md").read_text()
     assert "| full | passkey | 1024 | cold | 9 / 10 | 0.90 | [0.60, 0.98] | 50 | 0.50x |" in md
+    assert "| full | passkey | 1024 | 9 / 10 |" in md and "| aoh | passkey | 1024 | 3 / 3 |" in md  # by depth (cold)
     assert (tmp_path / "accuracy_vs_kv.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

@@ -205,7 +205,7 @@ def cmd_run(args) -> int:
             with Server(ckpt, setting.hs_flags(), out / f"server_{setting.name}.log", device=args.device, dtype=args.dtype,
                         extra=args.server_arg) as server:
                 log(f"{setting.name}: server up on {server.url} after {time.time() - t0:.0f}s ({' '.join(setting.hs_flags())})")
-                client = HTTPClient(server.url, args.api, args.concurrency)
+                client = HTTPClient(server.url, args.api, args.concurrency, cache_report=True)
                 client.check()
                 rows = run_samples_logged(client, builder, samples, args.mode, log, setting.name)
                 info = client.server_info()

@@ -43,9 +43,35 @@ def markdown(results: dict, summary: list[dict]) -> str:
         lines.append(f"| {s['setting']} | {s['task']} | {s['length']} | {s['cache']} | {s['correct']} / {s['total']} | "
                      f"{s['accuracy']:.2f} | [{s['ci95'][0]:.2f}, {s['ci95'][1]:.2f}] | "
                      f"{'n/a' if kv is None else f'{kv:,.0f}'} | {ratio} |")
+    lines += depth_table(results)
     descs = {s["setting"]: s["description"] for s in summary}
     lines += ["", "Settings:"] + [f"- `{k}`: {v}" for k, v in descs.items() if v]
     return "\n".join(lines) + "\n"
+
+
+def depth_table(results: dict) -> list[str]:
+    """Correct / total per setting and needle depth (cold runs): where in the context retrieval breaks."""
+    cells = defaultdict(lambda: [0, 0])
+    depths = set()
+    for block in results["settings"]:
+        for r in block["rows"]:
+            if r["cache"] != "cold":
+                continue
+            d = "spread" if r["depth"] is None else f"{r['depth']:.2f}"
+            depths.add(d)
+            c = cells[(block["setting"]["name"], r["task"], r["length"], d)]
+            c[0] += bool(r["correct"])
+            c[1] += 1
+    if not cells:
+        return []
+    cols = sorted(depths)
+    out = ["", "By needle depth (cold; correct / total):", "",
+           "| setting | task | length | " + " | ".join(f"depth {d}" for d in cols) + " |",
+           "|---|---|---|" + "---|" * len(cols)]
+    for key in dict.fromkeys(k[:3] for k in cells):
+        out.append(f"| {key[0]} | {key[1]} | {key[2]} | " + " | ".join(
+            f"{cells[(*key, d)][0]} / {cells[(*key, d)][1]}" if (*key, d) in cells else "" for d in cols) + " |")
+    return out
 
 
 def plot(summary: list[dict], path: Path, title: str = "") -> bool:

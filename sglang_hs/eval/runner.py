@@ -49,11 +49,14 @@ def _post(url: str, payload: dict | None, timeout: float) -> dict:
 class HTTPClient:
     """A live OpenAI-compatible server (the hs SGLang server or any other)."""
 
-    def __init__(self, url: str, api: str = "completions", concurrency: int = 4, timeout: float = 1800.0):
+    def __init__(self, url: str, api: str = "completions", concurrency: int = 4, timeout: float = 1800.0,
+                 cache_report: bool = False):
+        """``cache_report``: the server runs with --enable-cache-report, so a missing count means 0 cached tokens."""
         if api not in ("completions", "chat"):
             raise EvalError(f"--api must be completions or chat, got {api!r}")
         self.url, self.api, self.concurrency, self.timeout = url.rstrip("/"), api, concurrency, timeout
         self.model = "default"
+        self.cache_report = cache_report
 
     def check(self) -> dict:
         try:
@@ -93,7 +96,8 @@ class HTTPClient:
             text = r["choices"][0]["message"]["content"] or ""
         usage = r.get("usage") or {}
         details = usage.get("prompt_tokens_details") or {}
-        return {"output": text, "prompt_tokens": usage.get("prompt_tokens"), "cached_tokens": details.get("cached_tokens"),
+        cached = details.get("cached_tokens", 0 if self.cache_report else None)
+        return {"output": text, "prompt_tokens": usage.get("prompt_tokens"), "cached_tokens": cached,
                 "latency_s": round(time.time() - t0, 3)}
 
     def generate(self, jobs: list[tuple]) -> list[dict]:
