@@ -26,7 +26,7 @@ def main():
     from .engine import create
 
     eng = create(model, hs_args={"stream_checkpoint": args.stream_checkpoint}, device="cpu", dtype="float32", max_total_tokens=16384, context_length=8192,
-                 mem_fraction_static=0.05, disable_cuda_graph=True, log_level="error")
+                 mem_fraction_static=0.3, disable_cuda_graph=True, log_level="error")  # pool capped by max_total_tokens
     prefix = ("the quick brown fox jumps over the lazy dog " * 200)[: args.prefix_tokens]
     one = {"max_new_tokens": 1, "temperature": 0}
     try:
