@@ -33,18 +33,20 @@ def test_warm_and_cold_over_http(served):
     server, root, setting = served
     out = root / "out"
     rc = main(["run", "--url", server.url, "--name", setting.name, "--tasks", "niah_multikey", "--lengths", "448",
-               "--samples", "2", "--questions", "2", "--mode", "warmcold", "--offline", "--concurrency", "2", "--out", str(out)])
+               "--samples", "1", "--questions", "2", "--mode", "warmcold", "--offline", "--concurrency", "2", "--out", str(out)])
     assert rc == 0
     res = json.loads((out / "results.json").read_text())
     rows = res["settings"][0]["rows"]
-    assert len(rows) == 8  # 2 contexts x 2 questions x (cold, warm)
+    assert len(rows) == 4  # 1 context x 2 questions x (cold, warm)
     assert sorted((r["id"], r["question"], r["cache"]) for r in rows) == sorted(
         (i, q, c) for i in {r["id"] for r in rows} for q in (0, 1) for c in ("cold", "warm"))
     for r in rows:
         assert r["correct"] == score(r["output"], r["answers"])
         assert 400 <= r["prompt_tokens"] <= 470
-        if r["cache"] == "warm":  # the whole shared context (full 64-token pages) came from the cache
-            assert r["cached_tokens"] >= 320, r
+        if r["cache"] == "warm":
+            # a hit, but with streaming groups sglang_hs reuses a prefix only up to a point whose streaming
+            # window is stored (sink, every --hs-stream-checkpoint tokens, a cached sequence's end): here the sink
+            assert r["cached_tokens"] >= 128, r
         else:
             assert (r["cached_tokens"] or 0) < 64, r  # None: no count reported (SGLang omits zero)
     # the server's own settings are read back (GET /hs/stats) and turned into KV bytes per token
@@ -53,7 +55,7 @@ def test_warm_and_cold_over_http(served):
     dense = res["settings"][0]["dense_bytes_per_token"]
     assert all(0 < r["kv_bytes_per_token"] < 0.8 * dense for r in rows)
     summary = {(s["cache"]): s for s in res["summary"]}
-    assert summary["cold"]["total"] == summary["warm"]["total"] == 4
+    assert summary["cold"]["total"] == summary["warm"]["total"] == 2
     assert "| aoh-s33-recipe | niah_multikey | 448 | warm |" in (out / "results.md").read_text()
     assert (out / "accuracy_vs_kv.png").stat().st_size > 1000
     with urllib.request.urlopen(server.url + "/hs/stats", timeout=30) as r:
