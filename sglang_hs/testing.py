@@ -80,8 +80,10 @@ def prepare_embedded(out_dir: str, retrieval_ratio: float) -> str:
     return out_dir
 
 
-ENGINE_DEFAULTS = dict(device="cpu", dtype="float32", mem_fraction_static=0.05, disable_cuda_graph=True,
+ENGINE_DEFAULTS = dict(device="cpu", dtype="float32", mem_fraction_static=0.3, disable_cuda_graph=True,
                        log_level="error", sampling_backend="pytorch", grammar_backend="none")
+# pass max_total_tokens: it caps the pool; the static fraction (0.05 failed SGLang's memory profile on a shared
+# machine: "Loaded weights leave no ... memory for the KV cache") only bounds it from above
 
 
 def cpu_engine(model: str, hs_args: dict | None = None, **kwargs):
