@@ -29,6 +29,7 @@ QUESTIONS = [" Question: I am planning a visit next week with my two children, w
 GREEDY = {"max_new_tokens": 10, "temperature": 0.0}
 TIE = 1e-3
 SINK, WINDOW, CHECKPOINT = 64, 64, 128
+POOL = {"max_total_tokens": 4096}
 
 
 @pytest.fixture(scope="module")
@@ -65,13 +66,13 @@ def assert_same_greedy(got, want):
 
 def test_ratio_one_sparsity_zero_equals_stock(smol, placeholder_log, tokenize):
     prompts = [tokenize("The capital of France is"), tokenize(PREFIX[:800] + QUESTIONS[0])]
-    stock = cpu_engine(smol["r1"], attention_backend="torch_native", max_total_tokens=4096)
+    stock = cpu_engine(smol["r1"], attention_backend="torch_native", **POOL)
     try:
         want = [generate(stock, p) for p in prompts]
     finally:
         stock.shutdown()
     zero = {"prefill_sk": 0.0, "prefill_sv": 0.0, "decode_sk": 0.0, "decode_sv": 0.0}
-    hs = cpu_engine(smol["r1"], hs_args=zero, max_total_tokens=4096)
+    hs = cpu_engine(smol["r1"], hs_args=zero, **POOL)
     try:
         got = [generate(hs, p) for p in prompts]
     finally:
@@ -94,7 +95,7 @@ def test_sparse_cached_equals_cold(smol, placeholder_log, tokenize):
 
     sparse = {"prefill_sk": 1.0, "prefill_sv": 1.0, "decode_sk": 1.0, "decode_sv": 1.0,
               "sink_tokens": SINK, "window_tokens": WINDOW, "stream_checkpoint": CHECKPOINT}
-    hs = cpu_engine(smol["r05"], hs_args=sparse, max_total_tokens=4096)
+    hs = cpu_engine(smol["r05"], hs_args=sparse, **POOL)
     try:
         first = generate(hs, one)
         cached = generate(hs, two)
