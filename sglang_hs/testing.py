@@ -117,3 +117,14 @@ def greedy_divergence(a: dict, b: dict) -> tuple[int | None, float, float]:
             top = sorted((t[0] for t in r["meta_info"]["output_top_logprobs"][first]), reverse=True)
             margin = min(margin, top[0] - top[1])
     return first, diff, margin
+
+
+def flush_cache(engine, timeout_s: float = 60.0) -> None:
+    """Flush the radix cache, retrying: SGLang refuses while a finished request is still being released."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while not engine.flush_cache().success:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the radix cache could not be flushed within {timeout_s:.0f} s")
+        time.sleep(0.2)

@@ -11,7 +11,7 @@ pytest.importorskip("hs_prep")
 
 from hs_kernels import model_bytes  # noqa: E402
 
-from sglang_hs.testing import cpu_engine, prepare, tiny_llama, use_cpu_placeholder  # noqa: E402
+from sglang_hs.testing import cpu_engine, flush_cache, prepare, tiny_llama, use_cpu_placeholder  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -80,7 +80,7 @@ def test_cached_prefix_equals_cold_and_bytes_match_size_model(models, placeholde
         time.sleep(1.5)  # stats are published when the scheduler goes idle
         with open(stats_path) as f:
             stats = json.load(f)
-        hs.flush_cache()
+        flush_cache(hs)
         cold = hs.generate(PREFIX + SUFFIXES[1], GREEDY)
     finally:
         hs.shutdown()

@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("sglang")
 pytest.importorskip("hs_prep")
 
-from sglang_hs.testing import cpu_engine, greedy_divergence, prepare_embedded, use_cpu_placeholder  # noqa: E402
+from sglang_hs.testing import cpu_engine, flush_cache, greedy_divergence, prepare_embedded, use_cpu_placeholder  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -99,7 +99,7 @@ def test_sparse_cached_equals_cold(smol, placeholder_log, tokenize):
     try:
         first = generate(hs, one)
         cached = generate(hs, two)
-        hs.flush_cache()
+        flush_cache(hs)
         cold = generate(hs, two)
     finally:
         hs.shutdown()
