@@ -65,10 +65,7 @@ def prepare(src: str, out_dir: str, retrieval_ratio: float) -> str:
     """Run the real converter: ``hs-prep convert SRC --output OUT --retrieval-ratio R``."""
     cmd = [sys.executable, "-c", "from hs_prep.cli import main; main()", "convert", src, "--output", out_dir,
            "--retrieval-ratio", str(retrieval_ratio), "--overwrite"]
-    subprocess.run(cmd, check=True, capture_output=True, text=True)
-    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
-        if (Path(src) / name).exists() and not (Path(out_dir) / name).exists():
-            (Path(out_dir) / name).write_bytes((Path(src) / name).read_bytes())
+    subprocess.run(cmd, check=True, capture_output=True, text=True)  # it copies the tokenizer files too
     return out_dir
 
 
