@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 from .cpu_placeholder import PATH as PLACEHOLDER_PATH
 
