@@ -111,16 +111,19 @@ class HSAttnBackend(AttentionBackend):
 
     # ---- forward ----
 
-    def forward_extend(self, q, k, v, layer, forward_batch, save_kv_cache=True, **kwargs):
+    def _begin(self, q, k, v, layer, forward_batch, save_kv_cache):
+        """Shared by both passes: store the new K/V, then this layer's store, q per head, output and head split."""
         self._check_layer(layer)
         self._save(layer, forward_batch, k, v, save_kv_cache)
-        d = layer.qk_head_dim
         store = self.pool.layer(layer.layer_id)
-        q_ = q.view(-1, layer.tp_q_head_num, d)
+        q_ = q.reshape(-1, layer.tp_q_head_num, layer.qk_head_dim)
+        return store, q_, torch.empty_like(q_), *self._query_heads(layer, store)
+
+    def forward_extend(self, q, k, v, layer, forward_batch, save_kv_cache=True, **kwargs):
+        store, q_, o, heads_r, heads_s = self._begin(q, k, v, layer, forward_batch, save_kv_cache)
+        d = layer.qk_head_dim
         k_ = k.view(-1, layer.tp_k_head_num, d)
         v_ = v.view(-1, layer.tp_k_head_num, d)
-        o = torch.empty_like(q_)
-        heads_r, heads_s = self._query_heads(layer, store)
         req_to_token = self.req_to_token_pool.req_to_token
         prefix_lens = forward_batch.extend_prefix_lens_cpu
         extend_lens = forward_batch.extend_seq_lens_cpu
@@ -150,13 +153,8 @@ class HSAttnBackend(AttentionBackend):
         return o.view(-1, layer.tp_q_head_num * d)
 
     def forward_decode(self, q, k, v, layer, forward_batch, save_kv_cache=True, **kwargs):
-        self._check_layer(layer)
-        self._save(layer, forward_batch, k, v, save_kv_cache)
+        store, q_, o, heads_r, heads_s = self._begin(q, k, v, layer, forward_batch, save_kv_cache)
         d = layer.qk_head_dim
-        store = self.pool.layer(layer.layer_id)
-        q_ = q.reshape(-1, layer.tp_q_head_num, d)
-        o = torch.empty_like(q_)
-        heads_r, heads_s = self._query_heads(layer, store)
         req_to_token = self.req_to_token_pool.req_to_token
         seq_lens = forward_batch.seq_lens_cpu.long()
         rows = forward_batch.req_pool_indices.long()

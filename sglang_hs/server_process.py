@@ -18,7 +18,8 @@ def free_port() -> int:
 
 
 def call(url: str, payload: dict | None = None, timeout: float = 300):
-    """(status, body) of a GET (payload None) or JSON POST; body parsed as JSON when it is JSON."""
+    """(status, body) of a GET (payload None) or JSON POST; a success body parsed as JSON when it is JSON,
+    an error body as text."""
     data = None if payload is None else json.dumps(payload).encode()
     req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
     try:
@@ -26,7 +27,7 @@ def call(url: str, payload: dict | None = None, timeout: float = 300):
             body = r.read().decode()
             status = r.status
     except urllib.error.HTTPError as e:
-        body, status = e.read().decode(), e.code
+        return e.code, e.read().decode()
     try:
         return status, json.loads(body)
     except json.JSONDecodeError:  # e.g. /flush_cache answers in plain text
@@ -49,17 +50,22 @@ class ServerProcess:
         try:
             while time.monotonic() < deadline:
                 if self.proc.poll() is not None:
-                    raise RuntimeError("server exited: " + open(self.log_path).read()[-3000:])
+                    raise RuntimeError(f"server exited with {self.proc.returncode}: {self._error_line()} (log: {self.log_path})")
                 try:
                     if call(self.base + "/health", timeout=5)[0] == 200:
                         return self
                 except (urllib.error.URLError, ConnectionError, TimeoutError):
                     pass
                 time.sleep(1)
-            raise RuntimeError(f"server did not come up in {self.start_timeout_s:.0f} s")
+            raise RuntimeError(f"server did not come up in {self.start_timeout_s:.0f} s (log: {self.log_path})")
         except BaseException:
             self.__exit__(None, None, None)
             raise
+
+    def _error_line(self) -> str:
+        lines = open(self.log_path, errors="replace").read().strip().splitlines()
+        errors = [ln for ln in lines if "Error" in ln or "error:" in ln] or lines[-1:] or ["(no output)"]
+        return errors[-1].strip()[:400]
 
     def __exit__(self, *exc) -> None:
         self.proc.terminate()

@@ -1,9 +1,5 @@
 """python -m sglang_hs.launch_server on CPU over real HTTP: load with eviction, stats, bad input."""
 
-import json
-import socket
-import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -14,65 +10,25 @@ import pytest
 pytest.importorskip("sglang")
 pytest.importorskip("hs_prep")
 
+from sglang_hs.server_process import ServerProcess, call  # noqa: E402
 from sglang_hs.testing import cpu_env, prepare, tiny_llama  # noqa: E402
 
 pytestmark = pytest.mark.slow
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def call(url, payload=None, timeout=120):
-    data = None if payload is None else json.dumps(payload).encode()
-    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            body = r.read().decode()
-            try:
-                return r.status, json.loads(body)
-            except json.JSONDecodeError:  # e.g. /flush_cache answers in plain text
-                return r.status, body
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     root = tmp_path_factory.mktemp("sglang_hs_server")
     model = prepare(tiny_llama(str(root / "tiny")), str(root / "prepared"), 0.5)
-    port = free_port()
     log = root / "placeholder_calls.log"
-    cmd = [sys.executable, "-m", "sglang_hs.launch_server", "--model-path", model, "--device", "cpu",
-           "--dtype", "float32", "--port", str(port), "--max-total-tokens", "1536", "--context-length", "1024",
-           "--mem-fraction-static", "0.05", "--disable-cuda-graph", "--sampling-backend", "pytorch",
-           "--grammar-backend", "none", "--hs-decode-sk", "1", "--hs-decode-sv", "1",
-           "--hs-dense-reserve", "1.0", "--enable-metrics"]  # a 24-page pool: every page may be dense while a batch prefills
-    out = open(root / "server.log", "w")
-    proc = subprocess.Popen(cmd, env=cpu_env(str(log), SGLANG_HS_STATS_FILE=str(root / "stats.json")), stdout=out, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(300):
-            if proc.poll() is not None:
-                raise RuntimeError("server exited: " + (root / "server.log").read_text()[-3000:])
-            try:
-                if call(base + "/health", timeout=5)[0] == 200:
-                    break
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                pass
-            time.sleep(1)
-        else:
-            raise RuntimeError("server did not come up")
-        yield base, log
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        out.close()
+    args = ["--model-path", model, "--device", "cpu",
+            "--dtype", "float32", "--max-total-tokens", "1536", "--context-length", "1024",
+            "--mem-fraction-static", "0.05", "--disable-cuda-graph", "--sampling-backend", "pytorch",
+            "--grammar-backend", "none", "--hs-decode-sk", "1", "--hs-decode-sv", "1",
+            "--hs-dense-reserve", "1.0", "--enable-metrics"]  # a 24-page pool: every page may be dense while a batch prefills
+    env = cpu_env(str(log), SGLANG_HS_STATS_FILE=str(root / "stats.json"))
+    with ServerProcess(args, env, str(root / "server.log"), start_timeout_s=300) as proc:
+        yield proc.base, log
 
 
 def generate(base, text, n=6):

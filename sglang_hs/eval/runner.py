@@ -13,9 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -186,61 +183,32 @@ def run_samples(client, builder: Builder, samples: list[Sample], mode: str = "co
 
 # ---- a server we start ourselves ----
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Server:
-    """``python -m sglang_hs.launch_server`` as a child process; always stopped on exit."""
+    """``python -m sglang_hs.launch_server`` as a child process (sglang_hs.server_process); always stopped on exit."""
 
     def __init__(self, model_path: str, hs_flags: list[str], log_path: Path, device: str = "cpu", dtype: str = "float32",
                  context_length: int = 8192, max_total_tokens: int = 40000, mem_fraction: float = 0.15,
                  extra: list[str] | None = None,
                  start_timeout: float = 900.0):
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log_path = Path(log_path)
-        self.cmd = [sys.executable, "-m", "sglang_hs.launch_server", "--model-path", str(model_path), "--device", device,
-                    "--dtype", dtype, "--port", str(self.port), "--context-length", str(context_length),
-                    "--max-total-tokens", str(max_total_tokens), "--mem-fraction-static", str(mem_fraction),
-                    "--sampling-backend", "pytorch", "--grammar-backend", "none", "--enable-cache-report",
-                    "--skip-server-warmup"] + (["--disable-cuda-graph"] if device == "cpu" else []) + list(extra or []) + hs_flags
-        self.start_timeout = start_timeout
-        self.proc = None
-
-    def __enter__(self) -> "Server":
+        from ..server_process import ServerProcess
         from ..testing import cpu_env
 
-        env = cpu_env() if "--device" in self.cmd and self.cmd[self.cmd.index("--device") + 1] == "cpu" else dict(os.environ)
-        env.setdefault("SGLANG_HS_STATS_FILE", str(self.log_path.with_suffix(".stats.json")))
-        self._log = open(self.log_path, "w")
-        self.proc = subprocess.Popen(self.cmd, env=env, stdout=self._log, stderr=subprocess.STDOUT)
-        deadline = time.time() + self.start_timeout
-        while time.time() < deadline:
-            if self.proc.poll() is not None:
-                lines = self.log_path.read_text(errors="replace").strip().splitlines()
-                errors = [ln for ln in lines if "Error" in ln or "error:" in ln] or lines[-1:] or ["(no output)"]
-                self.__exit__(None, None, None)
-                raise EvalError(f"server exited with {self.proc.returncode}: {errors[-1].strip()[:400]} (log: {self.log_path})")
-            try:
-                with urllib.request.urlopen(self.url + "/health", timeout=5) as r:
-                    if r.status == 200:
-                        return self
-            except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
-                pass
-            time.sleep(1)
-        self.__exit__(None, None, None)
-        raise EvalError(f"server did not become healthy within {self.start_timeout:.0f}s (log: {self.log_path})")
+        args = ["--model-path", str(model_path), "--device", device, "--dtype", dtype,
+                "--context-length", str(context_length), "--max-total-tokens", str(max_total_tokens),
+                "--mem-fraction-static", str(mem_fraction), "--sampling-backend", "pytorch", "--grammar-backend", "none",
+                "--enable-cache-report", "--skip-server-warmup"] + (["--disable-cuda-graph"] if device == "cpu" else []) \
+            + list(extra or []) + hs_flags
+        env = cpu_env() if device == "cpu" else dict(os.environ)
+        env.setdefault("SGLANG_HS_STATS_FILE", str(Path(log_path).with_suffix(".stats.json")))
+        self.process = ServerProcess(args, env, str(log_path), start_timeout)
+        self.url = self.process.base
+
+    def __enter__(self) -> "Server":
+        try:
+            self.process.__enter__()
+        except RuntimeError as e:
+            raise EvalError(str(e)) from None
+        return self
 
     def __exit__(self, *exc) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        if getattr(self, "_log", None):
-            self._log.close()
+        self.process.__exit__(*exc)
