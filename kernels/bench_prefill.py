@@ -1,0 +1,192 @@
+"""Prefill benchmark on the GPU: cuDNN / SDPA flash vs the TileLang Trans-Both kernel (``tl_prefill``).
+
+    python -m hs_kernels.bench_prefill [--tokens 32768] [--variants 128,256] [--prebuild]
+
+One sequence of ``--tokens`` tokens prefilled in one chunk (prefix_len = 0), causal, Llama-3.1-8B
+attention shapes (32 query heads, 8 KV heads, d 128, bf16). Ours: the chunk's own full tiles
+compressed first (``tl_prefill.compress_chunk``, magnitude 2:4 via the fused compressor) at the
+given S_K / S_V (S = 0: every tile dense, straight from k/v). Effective TFLOP/s counts the dense
+causal work for every row: 4 * T^2 / 2 * H_q * D (two GEMMs, 2 FLOP per multiply-add, half the
+score matrix), whatever the kernel skips. ``--prebuild`` compiles every kernel the GPU tests and
+this benchmark use, in parallel processes (TileLang's disk cache then serves them).
+"""
+
+import argparse
+import importlib.util
+import math
+import os
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+
+import torch
+
+H_Q, H_KV, D = 32, 8, 128
+DENSE_TFLOPS = 790.0  # H200 bf16 dense GEMM measured (cuBLAS, warm clocks); sparse tensor cores 2x
+
+
+def flops(t: int, h_q: int = H_Q, d: int = D) -> float:
+    return 4.0 * t * t / 2 * h_q * d
+
+
+def timeit(fn, iters: int = 5, warmup: int = 2) -> float:
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(iters):
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end))
+    return sorted(times)[len(times) // 2]
+
+
+def _modes_prefix(prefix_len, p):
+    if prefix_len < 1:
+        return "dense"
+    return "dense" if p == 0 else ("sparse" if p == 1 else "mixed")
+
+
+def _modes_chunk(t, s):
+    nf, nbc = t // 64, max(1, -(-t // 64))
+    if s is None or nf == 0 or round(s * nf) == 0:
+        return "dense"
+    return "sparse" if (round(s * nf) == nf and nf == nbc) else "mixed"
+
+
+def kernel_configs(variants) -> list[tuple]:
+    """get_kernel argument tuples of the GPU tests (their CASES) and of this benchmark."""
+    from hs_kernels import tl_prefill as P
+
+    path = os.path.join(os.path.dirname(__file__), "..", "tests", "test_kernels_gpu_prefill.py")
+    cfgs = set()
+    if os.path.exists(path):
+        spec = importlib.util.spec_from_file_location("_prefill_cases", path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        for h_q, h_kv, d, dtype, t, pl, p_k, p_v, chunk_s, knobs in mod.CASES:
+            cs = chunk_s or (None, None)
+            cfgs.add((h_q, h_kv, d, P._DTYPES[dtype], _modes_prefix(pl, p_k), _modes_prefix(pl, p_v),
+                      _modes_chunk(t, cs[0]), _modes_chunk(t, cs[1]), knobs.get("rows", P.ROWS), P.THREADS,
+                      P.STAGES, knobs.get("p_major", P.P_MAJOR)))
+        cfgs.add((32, 8, 128, "bfloat16", "mixed", "mixed", "dense", "dense", P.ROWS, P.THREADS, P.STAGES, P.P_MAJOR))
+    for rows, p_major in variants:
+        for sk, sv in ((0, 0), (0, 1), (1, 1), (1, 0), (0.5, 0.5)):
+            cfgs.add((H_Q, H_KV, D, "bfloat16", "dense", "dense", _modes_chunk(32768, sk), _modes_chunk(32768, sv),
+                      rows, P.THREADS, P.STAGES, p_major))
+    return sorted(cfgs)
+
+
+def _build(cfg):
+    t = time.time()
+    from hs_kernels import tl_prefill as P
+    try:
+        P.get_kernel(*cfg)
+        return f"built {cfg} {time.time() - t:.0f}s"
+    except Exception as e:  # reported, the run goes on (the tests then show the failure)
+        return f"FAILED {cfg}: {type(e).__name__}: {str(e)[-1500:]}"
+
+
+def prebuild(variants, workers: int) -> None:
+    cfgs = kernel_configs(variants)
+    print(f"prebuilding {len(cfgs)} kernels with {workers} processes", flush=True)
+    import multiprocessing as mp
+    with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as ex:
+        for line in ex.map(_build, cfgs):
+            print(line, flush=True)
+
+
+def bench(tokens: int, variants) -> list[tuple]:
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.functional import scaled_dot_product_attention as sdpa
+
+    from hs_kernels import tl_prefill as P
+    from hs_kernels.pool import BlockPool
+
+    torch.manual_seed(0)
+    dev = "cuda"
+    t = tokens
+    q = torch.randn(t, H_Q, D, device=dev, dtype=torch.bfloat16)
+    k = torch.randn(t, H_KV, D, device=dev, dtype=torch.bfloat16)
+    v = torch.randn(t, H_KV, D, device=dev, dtype=torch.bfloat16)
+    f = flops(t)
+    rows = []
+
+    def add(name, ms, note=""):
+        rows.append((name, ms, f / ms / 1e9 if ms else float("nan"), note))
+        print(f"  {name:34s} {ms:8.3f} ms {f / ms / 1e9:7.1f} TFLOP/s {note}", flush=True)
+
+    qb, kb, vb = (x.transpose(0, 1)[None] for x in (q, k, v))  # [1, H, T, D]
+    for name, backend in (("cuDNN (SDPA, enable_gqa)", SDPBackend.CUDNN_ATTENTION),
+                          ("SDPA flash", SDPBackend.FLASH_ATTENTION)):
+        try:
+            with sdpa_kernel([backend]):
+                ms = timeit(lambda: sdpa(qb, kb, vb, is_causal=True, enable_gqa=True))
+            add(name, ms)
+        except Exception as e:
+            try:  # flash without GQA support: expanded K/V (not counted in the time)
+                ke, ve = (x.repeat_interleave(H_Q // H_KV, dim=1) for x in (kb, vb))
+                with sdpa_kernel([backend]):
+                    ms = timeit(lambda: sdpa(qb, ke, ve, is_causal=True))
+                add(name, ms, "(K/V expanded to 32 heads)")
+            except Exception as e2:
+                print(f"  {name}: unavailable ({type(e).__name__}: {e}; {type(e2).__name__})", flush=True)
+    ref_out = None
+    with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+        ref_out = sdpa(qb, kb, vb, is_causal=True, enable_gqa=True)[0].transpose(0, 1)
+
+    k_pool = BlockPool.allocate("k", D, 0, 0, torch.bfloat16, dev)
+    v_pool = BlockPool.allocate("v", D, 0, 0, torch.bfloat16, dev)
+    idx = torch.zeros((H_KV, 1), dtype=torch.int32, device=dev)
+    for rows_n, p_major in variants:
+        tag = f"[{rows_n} rows, P^T {p_major}]"
+        for sk, sv in ((0, 0), (0, 1), (1, 1), (1, 0), (0.5, 0.5)):
+            chunk = None if (sk, sv) == (0, 0) else P.compress_chunk(k, v, sk, sv)
+            run = lambda: P.prefill_blocks(q, k, v, k_pool, v_pool, idx, idx, 0, chunk=chunk,  # noqa: E731
+                                           modes=("dense", "dense"), rows=rows_n, p_major=p_major)
+            try:
+                out, _ = run()
+                note = ""
+                if (sk, sv) == (0, 0):
+                    err = ((out.float() - ref_out.float()).norm() / ref_out.float().norm()).item()
+                    note = f"rel.err vs cuDNN {err:.1e}"
+                ms = timeit(run)
+                add(f"ours S_K={sk} S_V={sv} {tag}", ms, note)
+            except Exception as e:
+                print(f"  ours S_K={sk} S_V={sv} {tag}: FAILED {type(e).__name__}: {str(e)[-500:]}", flush=True)
+            del chunk
+    # compression of the chunk's K and V (both operands, every full tile), for the cost ratio
+    from hs_kernels import gpu
+    blocks = k[: t // 64 * 64].view(t // 64, 64, H_KV, D).permute(2, 0, 1, 3).reshape(-1, 64, D).contiguous()
+    ms_c = timeit(lambda: (gpu.compress_magnitude(blocks, "k"), gpu.compress_magnitude(blocks, "v")))
+    ms_cc = timeit(lambda: P.compress_chunk(k, v, 1, 1))
+    print(f"  compression K+V (fused kernel only) {ms_c:.3f} ms; compress_chunk(1, 1) incl. gather/argsort {ms_cc:.3f} ms",
+          flush=True)
+    return rows
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tokens", type=int, default=32768)
+    ap.add_argument("--variants", default="128:mn,256:mn", help="rows:p_major list (p_major mn or k)")
+    ap.add_argument("--prebuild", action="store_true")
+    ap.add_argument("--workers", type=int, default=min(16, os.cpu_count() or 1))
+    a = ap.parse_args(argv)
+    variants = [(int(x.split(":")[0]), x.split(":")[1]) for x in a.variants.split(",") if x]
+    if a.prebuild:
+        prebuild(variants, a.workers)
+        return
+    print(f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}; T={a.tokens} causal, "
+          f"{H_Q}/{H_KV} heads, d {D}, bf16; FLOPs = 4*T^2/2*H_q*D = {flops(a.tokens) / 1e12:.2f} T", flush=True)
+    rows = bench(a.tokens, variants)
+    cudnn = next((r[1] for r in rows if r[0].startswith("cuDNN")), math.nan)
+    print("\n| kernel | ms | eff. TFLOP/s | vs cuDNN | of 790 dense | note |\n|---|---|---|---|---|---|")
+    for name, ms, tf, note in rows:
+        print(f"| {name} | {ms:.2f} | {tf:.0f} | {cudnn / ms:.2f}x | {tf / DENSE_TFLOPS:.0%} | {note} |")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
