@@ -1,5 +1,6 @@
 """hs-eval scoring on hand-made answers, Wilson intervals, KV bytes per token, summaries, CLI errors."""
 
+import argparse
 import math
 
 import pytest
@@ -103,3 +104,38 @@ def test_cli_bad_input_is_one_line_and_nonzero(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         main(["run", "--settings", "full", "--lengths", "abc", "--out", str(tmp_path)])
     assert e.value.code == 2
+
+
+def test_hs_set_overrides_every_setting_and_is_checked():
+    from sglang_hs.eval.cli import _hs_set, build_parser
+
+    args = build_parser().parse_args(["run", "--settings", "full", "--hs-set", "stream-checkpoint=256",
+                                      "--hs-set", "decode_sv=0.5", "--out", "x"])
+    assert args.hs_set == [("stream_checkpoint", 256), ("decode_sv", 0.5)]
+    assert isinstance(args.hs_set[0][1], int)
+    for bad in ("recipe=llama", "bogus=1", "window_tokens", "window_tokens=1.5"):
+        with pytest.raises(argparse.ArgumentTypeError, match="expected KEY=VALUE|takes a int value"):
+            _hs_set(bad)
+
+
+def test_in_process_refuses_server_args(tmp_path, capsys):
+    from sglang_hs.eval.cli import main
+
+    assert main(["run", "--settings", "full", "--in-process", "--server-arg=--foo", "--out", str(tmp_path)]) == 2
+    assert "--server-arg is for started servers" in capsys.readouterr().err
+
+
+def test_warm_cold_pairs_are_counted_per_question(tmp_path):
+    from sglang_hs.eval.report import write_outputs
+
+    def row(i, q, cache, correct, out, cached, lat):
+        return {**_row(correct, cache), "id": f"s{i}", "question": q, "output": out, "cached_tokens": cached,
+                "latency_s": lat}
+
+    rows = [row(0, 0, "cold", True, " 1234567.", 0, 10.0), row(0, 0, "warm", True, " 1234567.", 512, 2.0),
+            row(0, 1, "cold", True, " 7654321.", 0, 10.0), row(0, 1, "warm", False, " 765432.", 512, 2.0),
+            row(1, 0, "cold", False, " 11.", 0, 10.0), row(1, 0, "warm", False, " 11.", 448, 4.0),
+            row(1, 1, "cold", True, " 2.", 0, 10.0)]  # no warm partner: not a pair
+    write_outputs(_results({"recipe": rows}), tmp_path)
+    md = (tmp_path / "results.md").read_text()
+    assert "| recipe | 3 | 2 / 3 | 1 / 3 | 1 | 1 | 2 / 3 | 491 | 10.0 / 2.7 |" in md

@@ -45,6 +45,20 @@ def _names(text: str) -> list[str]:
     return [x.strip() for x in text.split(",") if x.strip()]
 
 
+def _hs_set(text: str) -> tuple[str, float | int]:
+    from ..settings import FLAGS
+
+    keys = {key: typ for key, typ, _ in FLAGS.values()}
+    key, sep, value = text.partition("=")
+    key = key.strip().replace("-", "_")
+    if not sep or key not in keys or key == "recipe":
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE with KEY one of {', '.join(k for k in keys if k != 'recipe')}, got {text!r}")
+    try:
+        return key, keys[key](value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{key} takes a {keys[key].__name__} value, got {value!r}") from None
+
+
 def add_task_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tasks", type=_names, default=["passkey"], help="comma list of passkey,niah_single,niah_multikey,vt")
     p.add_argument("--lengths", type=_ints, default=[1024], help="prompt lengths in tokens (model tokenizer, chat template included)")
@@ -78,7 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--concurrency", type=int, default=4)
     r.add_argument("--device", default="cpu")
     r.add_argument("--dtype", default="float32")
-    r.add_argument("--server-arg", action="append", default=[], help="extra SGLang flag for started servers (repeatable)")
+    r.add_argument("--server-arg", action="append", default=[], help="extra SGLang flag for started servers (repeatable; not with --in-process)")
+    r.add_argument("--hs-set", type=_hs_set, action="append", default=[], metavar="KEY=VALUE",
+                   help="override an hs arg of every setting, e.g. stream_checkpoint=256 (repeatable; recorded in results.json)")
     r.add_argument("--out", required=True, help="output directory (results.json, results.md, accuracy_vs_kv.png)")
     add_task_args(r)
 
@@ -179,7 +195,11 @@ def cmd_run(args) -> int:
         log(f"wrote {out}/results.md")
         return 0
 
+    if args.in_process and args.server_arg:
+        raise ValueError("--server-arg is for started servers; with --in-process use --hs-set for hs args")
     settings = [preset(n) for n in args.settings]
+    for s in settings:
+        s.hs.update(dict(args.hs_set))
     root = Path(args.ckpt_root)
     ckpts = [prepare_checkpoint(s, root, args.model) for s in settings]
     builder, samples = _tasks(args, args.tokenizer or str(ckpts[0]))
@@ -189,18 +209,21 @@ def cmd_run(args) -> int:
         facts = checkpoint_facts(ckpt)
         t0 = time.time()
         if args.in_process:
-            from ..testing import use_cpu_placeholder
+            from ..testing import ENGINE_DEFAULTS, use_cpu_placeholder
 
             if args.device == "cpu":
                 use_cpu_placeholder()
-            client = EngineClient(str(ckpt), setting.hs, device=args.device, dtype=args.dtype, context_length=8192,
-                                  max_total_tokens=40000, mem_fraction_static=0.05, disable_cuda_graph=args.device == "cpu",
-                                  sampling_backend="pytorch", grammar_backend="none", log_level="error")
+            client = EngineClient(str(ckpt), setting.hs, concurrency=args.concurrency,
+                                  stats_path=str(out / f"engine_{setting.name}.stats.json"),
+                                  **{**ENGINE_DEFAULTS, "device": args.device, "dtype": args.dtype,
+                                     "disable_cuda_graph": args.device == "cpu"},
+                                  context_length=8192, max_total_tokens=40000, enable_cache_report=True)
+            log(f"{setting.name}: engine up after {time.time() - t0:.0f}s ({' '.join(setting.hs_flags())})")
             try:
                 rows = run_samples_logged(client, builder, samples, args.mode, log, setting.name)
+                info = client.server_info()
             finally:
                 client.close()
-            info = {"in_process": True}
         else:
             with Server(ckpt, setting.hs_flags(), out / f"server_{setting.name}.log", device=args.device, dtype=args.dtype,
                         extra=args.server_arg) as server:

@@ -44,6 +44,7 @@ def markdown(results: dict, summary: list[dict]) -> str:
                      f"{s['accuracy']:.2f} | [{s['ci95'][0]:.2f}, {s['ci95'][1]:.2f}] | "
                      f"{'n/a' if kv is None else f'{kv:,.0f}'} | {ratio} |")
     lines += depth_table(results)
+    lines += pair_table(results)
     descs = {s["setting"]: s["description"] for s in summary}
     lines += ["", "Settings:"] + [f"- `{k}`: {v}" for k, v in descs.items() if v]
     return "\n".join(lines) + "\n"
@@ -71,6 +72,37 @@ def depth_table(results: dict) -> list[str]:
     for key in dict.fromkeys(k[:3] for k in cells):
         out.append(f"| {key[0]} | {key[1]} | {key[2]} | " + " | ".join(
             f"{cells[(*key, d)][0]} / {cells[(*key, d)][1]}" if (*key, d) in cells else "" for d in cols) + " |")
+    return out
+
+
+def pair_table(results: dict) -> list[str]:
+    """Warm/cold pairs (the same question answered cold and from a cached prefix): how often they agree."""
+    out = []
+    for block in results["settings"]:
+        by = defaultdict(dict)
+        for r in block["rows"]:
+            if "id" in r:  # rows from hs-eval run carry the sample id and question index
+                by[(r["id"], r["question"])][r["cache"]] = r
+        pairs = [p for p in by.values() if "cold" in p and "warm" in p]
+        if not pairs:
+            continue
+        if not out:
+            out = ["", "Warm vs cold, paired (same question; warm = its context is a cached prefix):", "",
+                   "| setting | pairs | cold correct | warm correct | both | neither | same output | "
+                   "mean cached tokens (warm) | mean latency cold / warm (s) |", "|---|---|---|---|---|---|---|---|---|"]
+        n = len(pairs)
+        cc = sum(p["cold"]["correct"] for p in pairs)
+        wc = sum(p["warm"]["correct"] for p in pairs)
+        both = sum(p["cold"]["correct"] and p["warm"]["correct"] for p in pairs)
+        neither = sum(not p["cold"]["correct"] and not p["warm"]["correct"] for p in pairs)
+        same = sum(p["cold"]["output"] == p["warm"]["output"] for p in pairs)
+        cached = [p["warm"]["cached_tokens"] for p in pairs if p["warm"].get("cached_tokens") is not None]
+        lat = [(p["cold"].get("latency_s"), p["warm"].get("latency_s")) for p in pairs]
+        lat = [x for x in lat if None not in x]
+        out.append(f"| {block['setting']['name']} | {n} | {cc} / {n} | {wc} / {n} | {both} | {neither} | {same} / {n} | "
+                   + (f"{sum(cached) / len(cached):.0f}" if cached else "n/a") + " | "
+                   + (f"{sum(a for a, _ in lat) / len(lat):.1f} / {sum(b for _, b in lat) / len(lat):.1f}" if lat else "n/a")
+                   + " |")
     return out
 
 

@@ -107,34 +107,71 @@ class HTTPClient:
 
     def generate(self, jobs: list[tuple]) -> list[dict]:
         with ThreadPoolExecutor(max(1, self.concurrency)) as pool:
-            return list(pool.map(self._one, jobs))
+            futures = [pool.submit(self._one, j) for j in jobs]
+            try:
+                return [f.result() for f in futures]
+            except BaseException:  # Ctrl-C or a failed request: do not send the queued ones
+                for f in futures:
+                    f.cancel()
+                raise
 
 
 class EngineClient:
-    """In-process sglang.Engine with the hs plugin (sglang imported only here)."""
+    """In-process sglang.Engine with the hs plugin (sglang imported only here); requests go through the
+    engine's own event loop, at most ``concurrency`` at a time, each timed on its own."""
 
-    def __init__(self, model_path: str, hs_args: dict, **engine_kwargs):
+    def __init__(self, model_path: str, hs_args: dict, concurrency: int = 4, stats_path: str | None = None,
+                 **engine_kwargs):
+        if stats_path:  # the scheduler process inherits it and publishes /hs/stats' JSON there
+            Path(stats_path).unlink(missing_ok=True)
+            os.environ["SGLANG_HS_STATS_FILE"] = str(stats_path)
         from ..engine import create
 
         self.api = "completions"
+        self.concurrency = max(1, concurrency)
+        self.stats_path = stats_path
         self.engine = create(model_path, hs_args=hs_args, **engine_kwargs)
 
     def check(self) -> dict:
         return {}
 
-    def server_info(self) -> dict:
-        return {"in_process": True}
+    def server_info(self, wait_s: float = 10.0) -> dict:
+        """``{"in_process": True, "hs_stats": ...}``; the scheduler publishes its stats when it goes idle."""
+        info = {"in_process": True}
+        deadline = time.time() + wait_s
+        while self.stats_path and time.time() < deadline:
+            try:
+                info["hs_stats"] = json.loads(Path(self.stats_path).read_text())
+                break
+            except (OSError, json.JSONDecodeError):
+                time.sleep(0.5)
+        return info
 
     def flush(self) -> None:
-        self.engine.flush_cache()
+        from ..testing import flush_cache
+
+        try:
+            flush_cache(self.engine, timeout_s=120.0)
+        except RuntimeError as e:
+            raise EvalError(str(e)) from None
 
     def generate(self, jobs: list[tuple]) -> list[dict]:
-        t0 = time.time()
-        outs = self.engine.generate(input_ids=[j[0] for j in jobs],
-                                    sampling_params=[{"max_new_tokens": j[3], "temperature": 0.0} for j in jobs])
-        dt = round(time.time() - t0, 3)
-        return [{"output": o["text"], "prompt_tokens": o["meta_info"].get("prompt_tokens"),
-                 "cached_tokens": o["meta_info"].get("cached_tokens"), "latency_s": dt} for o in outs]
+        import asyncio
+
+        async def one(job, gate):
+            async with gate:
+                t0 = time.time()
+                o = await self.engine.async_generate(input_ids=job[0],
+                                                     sampling_params={"max_new_tokens": job[3], "temperature": 0.0})
+                meta = o["meta_info"]
+                return {"output": o["text"], "prompt_tokens": meta.get("prompt_tokens"),
+                        "cached_tokens": meta.get("cached_tokens", 0), "latency_s": round(time.time() - t0, 3)}
+
+        async def run_all():
+            gate = asyncio.Semaphore(self.concurrency)  # made inside the engine's loop
+            return await asyncio.gather(*(one(j, gate) for j in jobs))
+
+        return list(self.engine.loop.run_until_complete(run_all()))
 
     def close(self) -> None:
         self.engine.shutdown()

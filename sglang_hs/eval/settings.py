@@ -55,8 +55,9 @@ PRESETS = {
     "random-s67": (_s(0.333, "random"), "random selection, 2/3 streaming"),
     "reverse-s67": (_s(0.333, "reverse"), "reversed AoH, 2/3 streaming"),
     "v24": (_s(1.0, prefill_sv=1.0, decode_sv=1.0), "all groups retrieval, V 2:4 in prefill and cache"),
+    "k24": (_s(1.0, prefill_sk=1.0, decode_sk=1.0), "all groups retrieval, K 2:4 in prefill and cache"),
     "kv24": (_s(1.0, prefill_sk=1.0, prefill_sv=1.0, decode_sk=1.0, decode_sv=1.0), "all groups retrieval, K and V 2:4 in prefill and cache"),
-    "kv24-decode": (_s(1.0, prefill_sv=1.0, decode_sk=1.0, decode_sv=1.0), "recipe sparsity (prefill V, cache K+V), all groups retrieval"),
+    "kv24-decode": (_s(1.0, prefill_sv=1.0, decode_sk=1.0, decode_sv=1.0), "recipe split sparsity (prefill S_K 0 / S_V 1, cache S_K 1 / S_V 1), all groups retrieval"),
     "aoh-s33-recipe": (_s(0.666, prefill_sv=1.0, decode_sk=1.0, decode_sv=1.0), "AoH 1/3 streaming + recipe sparsity (prefill V, cache K+V)"),
 }
 
