@@ -1,6 +1,6 @@
 """Prefill benchmark on the GPU: cuDNN / SDPA flash vs the TileLang Trans-Both kernel (``tl_prefill``).
 
-    python -m hs_kernels.bench_prefill [--tokens 32768] [--variants 128,256] [--prebuild]
+    python -m hs_kernels.bench_prefill [--tokens 32768] [--variants 128:mn:128,64:mn:128] [--prebuild]
 
 One sequence of ``--tokens`` tokens prefilled in one chunk (prefix_len = 0), causal, Llama-3.1-8B
 attention shapes (32 query heads, 8 KV heads, d 128, bf16). Ours: the chunk's own full tiles
@@ -22,6 +22,7 @@ from concurrent.futures import ProcessPoolExecutor
 import torch
 
 H_Q, H_KV, D = 32, 8, 128
+BENCH_S = ((0, 0), (0, 1), (1, 1), (1, 0), (0.5, 0.5))  # (S_K, S_V) of the chunk's tiles
 DENSE_TFLOPS = 790.0  # H200 bf16 dense GEMM measured (cuBLAS, warm clocks); sparse tensor cores 2x
 
 
@@ -70,13 +71,13 @@ def kernel_configs(variants) -> list[tuple]:
         for h_q, h_kv, d, dtype, t, pl, p_k, p_v, chunk_s, knobs in mod.CASES:
             cs = chunk_s or (None, None)
             cfgs.add((h_q, h_kv, d, P._DTYPES[dtype], _modes_prefix(pl, p_k), _modes_prefix(pl, p_v),
-                      _modes_chunk(t, cs[0]), _modes_chunk(t, cs[1]), knobs.get("rows", P.ROWS), P.THREADS,
+                      _modes_chunk(t, cs[0]), _modes_chunk(t, cs[1]), knobs.get("rows", P.ROWS), knobs.get("threads", P.THREADS),
                       P.STAGES, knobs.get("p_major", P.P_MAJOR)))
         cfgs.add((32, 8, 128, "bfloat16", "mixed", "mixed", "dense", "dense", P.ROWS, P.THREADS, P.STAGES, P.P_MAJOR))
-    for rows, p_major in variants:
-        for sk, sv in ((0, 0), (0, 1), (1, 1), (1, 0), (0.5, 0.5)):
+    for rows, p_major, threads in variants:
+        for sk, sv in BENCH_S:
             cfgs.add((H_Q, H_KV, D, "bfloat16", "dense", "dense", _modes_chunk(32768, sk), _modes_chunk(32768, sv),
-                      rows, P.THREADS, P.STAGES, p_major))
+                      rows, threads, P.STAGES, p_major))
     return sorted(cfgs)
 
 
@@ -141,12 +142,13 @@ def bench(tokens: int, variants) -> list[tuple]:
     k_pool = BlockPool.allocate("k", D, 0, 0, torch.bfloat16, dev)
     v_pool = BlockPool.allocate("v", D, 0, 0, torch.bfloat16, dev)
     idx = torch.zeros((H_KV, 1), dtype=torch.int32, device=dev)
-    for rows_n, p_major in variants:
-        tag = f"[{rows_n} rows, P^T {p_major}]"
-        for sk, sv in ((0, 0), (0, 1), (1, 1), (1, 0), (0.5, 0.5)):
+    for rows_n, p_major, threads in variants:
+        tag = f"[{rows_n} rows, {threads} thr, P^T {p_major}]"
+        for sk, sv in BENCH_S:
             chunk = None if (sk, sv) == (0, 0) else P.compress_chunk(k, v, sk, sv)
             run = lambda: P.prefill_blocks(q, k, v, k_pool, v_pool, idx, idx, 0, chunk=chunk,  # noqa: E731
-                                           modes=("dense", "dense"), rows=rows_n, p_major=p_major)
+                                           modes=("dense", "dense"), rows=rows_n, p_major=p_major,
+                                           threads=threads)
             try:
                 out, _ = run()
                 note = ""
@@ -171,11 +173,12 @@ def bench(tokens: int, variants) -> list[tuple]:
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--tokens", type=int, default=32768)
-    ap.add_argument("--variants", default="128:mn,256:mn", help="rows:p_major list (p_major mn or k)")
+    ap.add_argument("--variants", default="128:mn:128,128:mn:256,64:mn:128",
+                    help="rows:p_major:threads list (p_major mn or k)")
     ap.add_argument("--prebuild", action="store_true")
     ap.add_argument("--workers", type=int, default=min(16, os.cpu_count() or 1))
     a = ap.parse_args(argv)
-    variants = [(int(x.split(":")[0]), x.split(":")[1]) for x in a.variants.split(",") if x]
+    variants = [(int(x.split(":")[0]), x.split(":")[1], int(x.split(":")[2])) for x in a.variants.split(",") if x]
     if a.prebuild:
         prebuild(variants, a.workers)
         return

@@ -56,9 +56,11 @@ def _kernel(h_q, h_kv, d, dtype, hg, tq, threads, k_mode, v_mode, ck_mode, cv_mo
     def need_sparse(*modes):
         return any(m != "dense" for m in modes)
 
-    # columns per thread of S^T (one WGMMA accumulator row pair per 8 columns): reduced with one
-    # pair of barriers for all of them instead of one pair per column
-    red_batch = n // (threads // 128) // 4
+    # One cross-warp AllReduce per column (batch 1). TileLang 0.1.11's batched AllReduce (batch > 1,
+    # one barrier pair for all columns) sizes its shared workspace for one column only: the extra
+    # columns overran it (illegal address on the H200 with 256 threads; overlap with live stage
+    # buffers seen in the 128-thread source).
+    red_batch = 1
     k_sp = need_sparse(k_mode, ck_mode)
     v_sp = need_sparse(v_mode, cv_mode)
     k_de = k_mode != "sparse" or ck_mode != "sparse"
@@ -362,7 +364,7 @@ from .pool import BlockPool  # noqa: E402
 _DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
 HEAD_DIMS = (64, 128)
 ROWS = 128
-THREADS = 256
+THREADS = 128
 STAGES = 2
 P_MAJOR = "mn"
 

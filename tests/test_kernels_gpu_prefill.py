@@ -3,7 +3,7 @@
 Fresh random inputs every run; out and lse are poisoned with NaN before each launch and checked
 fully written; the rows past the prefix in its last block are NaN in the pools (they must be
 ignored); every compiled mode (dense / sparse / mixed prefix, dense / compressed chunk) and every
-shipped tile shape (128 rows x 256 threads; 256 rows; P^T K-major) is covered.
+shipped tile shape (128 rows x 128 threads; 64 rows; 256 threads; P^T K-major) is covered.
 """
 
 import math
@@ -77,8 +77,10 @@ CASES = [
     (32, 8, 128, torch.bfloat16, 512, 0, 0.0, 0.0, (1.0, 1.0), {}),           # compressed chunk, all sparse
     (32, 8, 128, torch.bfloat16, 394, 100, 0.5, 0.5, (0.5, 0.5), {}),         # compressed chunk, mixed
     (32, 8, 128, torch.bfloat16, 384, 0, 0.0, 0.0, (0.0, 1.0), {}),           # chunk V sparse only
-    (32, 8, 128, torch.bfloat16, 300, 500, 0.5, 0.5, None, {"rows": 256}),    # 256 rows per program
-    (32, 8, 128, torch.bfloat16, 600, 0, 0.0, 0.0, (1.0, 1.0), {"rows": 256}),
+    (32, 8, 128, torch.bfloat16, 300, 500, 0.5, 0.5, None, {"rows": 64}),     # 64 rows per program
+    (32, 8, 128, torch.bfloat16, 600, 0, 0.0, 0.0, (1.0, 1.0), {"rows": 64}),
+    (32, 8, 128, torch.bfloat16, 300, 500, 0.5, 0.5, None, {"threads": 256}),  # two warpgroups
+    (32, 8, 128, torch.bfloat16, 600, 0, 0.0, 0.0, (1.0, 1.0), {"threads": 256}),
     (32, 8, 128, torch.bfloat16, 300, 500, 0.5, 0.5, None, {"p_major": "k"}),  # P^T stored K-major
     (32, 8, 128, torch.bfloat16, 600, 0, 0.0, 0.0, (1.0, 1.0), {"p_major": "k"}),
 ]
