@@ -1,4 +1,4 @@
-"""GPU benchmark of the TileLang kernels against cuDNN and SDPA flash, one table (run on the H200).
+"""GPU benchmark of our kernels against cuDNN and SDPA flash, one table (run on the H200).
 
     python -m hs_kernels.bench_gpu [--quick]
 
@@ -31,9 +31,10 @@ def bench(fn):
     return triton.testing.do_bench(fn, warmup=10, rep=60, return_mode="median")
 
 
-def decode_inputs(batch, ctx, s_k, s_v, gen):
+def decode_inputs(batch, ctx, s_k, s_v, gen, sparse_slots=0):
     """Pools and index maps with the pruner's layout: block 0 and the last 4 blocks dense, a fraction
-    S of the others sparse (every KV head and sequence alike); slots contiguous per (seq, head)."""
+    S of the others sparse (every KV head and sequence alike); slots contiguous per (seq, head).
+    A pool gets at least ``sparse_slots`` sparse slots (unused ones make the kernel take its mixed path)."""
     nb = ctx // BLOCK_SIZE
     eligible = torch.zeros(nb, dtype=torch.bool)
     eligible[1: nb - 4] = True
@@ -43,12 +44,15 @@ def decode_inputs(batch, ctx, s_k, s_v, gen):
         sparse = torch.zeros(nb, dtype=torch.bool)
         sparse[torch.nonzero(eligible).flatten()[:n_sparse]] = True
         nd, ns = batch * H_KV * (nb - n_sparse), batch * H_KV * n_sparse
+        alloc_ns = max(ns, sparse_slots)
         vshape = (BLOCK_SIZE, D // 2) if operand == "k" else (D, BLOCK_SIZE // 2)
         mshape = (BLOCK_SIZE, D // 16) if operand == "k" else (D, BLOCK_SIZE // 16)
         dense = torch.randn(max(nd, 1), BLOCK_SIZE, D, generator=gen, device="cuda").to(DT)
-        values = torch.randn(max(ns, 1), *vshape, generator=gen, device="cuda").to(DT)
-        meta = torch.full((max(ns, 1), *mshape), 0x4444 - 0x10000 if 0x4444 >= 0x8000 else 0x4444,
-                          dtype=torch.int16, device="cuda")  # nibble idx0 0, idx1 1 everywhere
+        values = torch.randn(alloc_ns, *vshape, generator=gen, device="cuda").to(DT)
+        nibbles = torch.tensor([4, 8, 12, 9, 13, 14], device="cuda")  # the six valid (idx0, idx1)
+        pick = nibbles[torch.randint(0, 6, (alloc_ns, *mshape, 4), generator=gen, device="cuda")]
+        meta = (pick << torch.arange(0, 16, 4, device="cuda")).sum(-1).to(torch.int32)
+        meta = torch.where(meta >= 0x8000, meta - 0x10000, meta).to(torch.int16)
         from hs_kernels.pool import BlockPool
 
         pool = BlockPool(operand, dense, values, meta)
@@ -63,33 +67,27 @@ def decode_inputs(batch, ctx, s_k, s_v, gen):
     return k_pool, v_pool, k_index, v_index, nbytes
 
 
-PREBUILD = [("decode", (32, 8, 128, "bfloat16")), ("decode", (32, 8, 128, "float16")),
-            ("decode", (16, 2, 64, "bfloat16")), ("decode", (6, 6, 64, "float16")),
-            ("decode", (40, 2, 128, "bfloat16")), ("decode", (64, 1, 64, "float16")),
-            ("decode", (8, 2, 256, "bfloat16")), ("decode", (32, 8, 128, "bfloat16", 256)),
-            *[("compress", (*shape, mode)) for mode in ("block", "warp", "group") for shape in (
-                ("k", 128, "bfloat16"), ("v", 128, "bfloat16"), ("k", 64, "float16"), ("v", 64, "float16"),
-                ("k", 128, "float16"), ("v", 256, "bfloat16"))]]
+PREBUILD = [(*shape, mode) for mode in ("block", "warp", "group") for shape in (
+    ("k", 128, "bfloat16"), ("v", 128, "bfloat16"), ("k", 64, "float16"), ("v", 64, "float16"),
+    ("k", 128, "float16"), ("v", 256, "bfloat16"))]
 
 
-def _build(job):
-    kind, key = job
+def _build(key):
     import time
 
+    from hs_kernels import tl_compress
+
     t0 = time.time()
-    if kind == "decode":
-        from hs_kernels import tl_decode as mod
-    else:
-        from hs_kernels import tl_compress as mod
     try:
-        mod.get_kernel(*key)
-        return f"{kind}{key}: {time.time() - t0:.0f} s"
+        tl_compress.get_kernel(*key)
+        return f"compress{key}: {time.time() - t0:.0f} s"
     except Exception as e:  # report, the tests will show it again
-        return f"{kind}{key}: FAILED {type(e).__name__}: {str(e)[-2000:]}"
+        return f"compress{key}: FAILED {type(e).__name__}: {str(e)[-2000:]}"
 
 
 def prebuild():
-    """Compile the shipped/tested kernel shapes in parallel processes (fills TileLang's disk cache)."""
+    """Compile the tested TileLang compressor shapes in parallel processes (fills TileLang's disk
+    cache; the Triton decode compiles on first use)."""
     import concurrent.futures as cf
     import multiprocessing as mp
 
@@ -104,6 +102,7 @@ def main():
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--ctx", type=int, default=32768)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--decode-only", action="store_true", help="skip prefill and compression (no TileLang needed)")
     args = ap.parse_args()
     if args.prebuild:
         return prebuild()
@@ -128,19 +127,33 @@ def main():
 
     settings = [(0, 0), (1, 1)] if args.quick else [(0, 0), (0.5, 0), (1, 0), (0, 0.5), (0, 1), (0.5, 0.5), (1, 1)]
     sl = torch.full((b,), ctx, dtype=torch.int32, device="cuda")
+    default = gpu.default_splits(b, H_KV, ctx // BLOCK_SIZE, q.device)
+    tuning = [{"num_splits": n} for n in (12, 16, 24) if n != default] + [
+        {"num_stages": 3}, {"num_warps": 2}, {"num_warps": 8}]
+    scale = 1.0 / math.sqrt(D)
     for s_k, s_v in settings:
-        k_pool, v_pool, k_index, v_index, nbytes = decode_inputs(b, ctx, s_k, s_v, gen)
-        variants = [(None, None)] if (s_k, s_v) not in ((0, 0), (1, 1)) else [
-            (None, None), (16, None), (48, None), (None, 256)]
-        for splits, threads in variants:
-            ms = bench(lambda: gpu.decode_attention(q, k_pool, v_pool, k_index, v_index, sl,
-                                                    num_splits=splits, threads=threads))
-            label = (f"ours S_K={s_k} S_V={s_v}" + ("" if splits is None else f" splits={splits}")
-                     + ("" if threads is None else f" threads={threads}"))
-            rows.append((f"decode B={b} {ctx // 1024}K", label, ms, nbytes / ms / 1e6, base / ms))
-        del k_pool, v_pool
+        for mixed in ((False, True) if (s_k, s_v) == (0, 0) else (False,)):
+            k_pool, v_pool, k_index, v_index, nbytes = decode_inputs(b, ctx, s_k, s_v, gen, sparse_slots=int(mixed))
+            variants = [{}] if (s_k, s_v) not in ((0, 0), (1, 1)) or args.quick or mixed else [{}, *tuning]
+            for opts in variants:
+                splits = opts.get("num_splits", default)
+                launch = {k: v for k, v in opts.items() if k != "num_splits"}
+                ms = bench(lambda: gpu.triton_decode(q, k_pool, v_pool, k_index, v_index, sl, scale, splits, **launch))
+                label = (f"ours S_K={s_k} S_V={s_v}" + (" (mixed kernel)" if mixed else "")
+                         + "".join(f" {k.replace('num_', '')}={v}" for k, v in opts.items()))
+                rows.append((f"decode B={b} {ctx // 1024}K", label, ms, nbytes / ms / 1e6, base / ms))
+            if (s_k, s_v) == (1, 1):  # the product entry point: host-side checks and dispatch included
+                ms = bench(lambda: gpu.decode_attention(q, k_pool, v_pool, k_index, v_index, sl))
+                rows.append((f"decode B={b} {ctx // 1024}K", f"ours S_K={s_k} S_V={s_v} via decode_attention", ms,
+                             nbytes / ms / 1e6, base / ms))
+            del k_pool, v_pool
+    if not args.decode_only:
+        compression_rows(rows, gen, args.quick)
+    print_table(rows, b, ctx)
 
-    # compression of 32K tokens x 8 KV heads (K and V), vs cuDNN causal prefill of the same tokens
+
+def compression_rows(rows, gen, quick):
+    """Compression of 32K tokens x 8 KV heads (K and V), vs cuDNN causal prefill of the same tokens."""
     t = 32768
     qp = torch.randn(1, H_Q, t, D, generator=gen, device="cuda").to(DT)
     kp = torch.randn(1, H_KV, t, D, generator=gen, device="cuda").to(DT)
@@ -153,13 +166,15 @@ def main():
     vblocks = vp[0].reshape(H_KV * t // BLOCK_SIZE, BLOCK_SIZE, D)
     cbytes = 2 * blocks.numel() * 2 * (1 + 0.5 + 1 / 8)
     default_mode = gpu._LOSS_MODE
-    for mode in (default_mode, *[m for m in ("block", "warp", "group") if m != default_mode and not args.quick]):
+    for mode in (default_mode, *[m for m in ("block", "warp", "group") if m != default_mode and not quick]):
         gpu._LOSS_MODE = mode
         ms = bench(lambda: (gpu.compress_magnitude(blocks, "k"), gpu.compress_magnitude(vblocks, "v")))
         rows.append(("compress K+V 32Kx8", f"ours, loss {mode} ({100 * ms / pre:.2f}% of cuDNN prefill)", ms,
                      cbytes / ms / 1e6, None))
     gpu._LOSS_MODE = default_mode
 
+
+def print_table(rows, b, ctx):
     dev = torch.cuda.get_device_name()
     print(f"\n{dev}, torch {torch.__version__}, B={b}, ctx={ctx}, {H_Q}/{H_KV} heads, d {D}, bf16")
     print(f"{'case':22} | {'kernel':44} | {'ms':>8} | {'GB/s':>7} | {'% 4.3TB/s':>9} | {'x cuDNN':>7}")

@@ -1,12 +1,12 @@
-"""CUDA entry points: the TileLang kernels behind the reference's signatures, chosen automatically.
+"""CUDA entry points: the GPU kernels behind the reference's signatures, chosen automatically.
 
 ``decode_attention`` has the reference's signature (``hs_kernels.attention.decode_attention``) and
-returns the same results; it runs the TileLang kernel (``tl_decode``) when the inputs are CUDA
-float16/bfloat16 tensors with a supported shape and ``tilelang`` imports, else the reference.
-``compress_magnitude`` is the fused pruner + compressor (``tl_compress``), with a PyTorch fallback.
-``tilelang`` is imported lazily, only on CUDA: this module imports on any machine.
-Kernels are compiled once per (heads, head_dim, dtype[, sm_scale]) and cached per process; the
-batch, context length, pool sizes and split count are runtime values of one compiled kernel.
+returns the same results; it runs the Triton kernel (``triton_decode``) when the inputs are CUDA
+float16/bfloat16 tensors with a supported shape, else the reference.
+``compress_magnitude`` is the fused pruner + compressor (TileLang, ``tl_compress``), with a PyTorch
+fallback. ``triton`` and ``tilelang`` are imported lazily, only on CUDA: this module imports on any
+machine. Kernels are compiled once per (heads, head_dim, dtype, pool kinds) and cached per process;
+the batch, context length, pool sizes and split count are runtime values.
 """
 
 from __future__ import annotations
@@ -26,22 +26,29 @@ from .pruner import block_loss, element_mask
 _DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
 _DECODE_HEAD_DIMS = (64, 128, 256)
 _MAX_GROUP = 64
-_THREADS = int(os.environ.get("HS_DECODE_THREADS", "128"))
 _LOSS_MODE = "warp"  # compression loss summed per block in the kernel (see tl_compress.get_kernel)
+
+
+def _gpu_allowed() -> bool:
+    return os.environ.get("HS_KERNELS_NO_GPU") != "1" and torch.cuda.is_available()
 
 
 @functools.lru_cache(maxsize=None)
 def tilelang_available() -> bool:
     """True when CUDA is usable and ``tilelang`` is installed (``HS_KERNELS_NO_GPU=1`` forces False)."""
-    if os.environ.get("HS_KERNELS_NO_GPU") == "1":
-        return False
-    return torch.cuda.is_available() and importlib.util.find_spec("tilelang") is not None
+    return _gpu_allowed() and importlib.util.find_spec("tilelang") is not None
+
+
+@functools.lru_cache(maxsize=None)
+def triton_available() -> bool:
+    """True when CUDA is usable and ``triton`` is installed (``HS_KERNELS_NO_GPU=1`` forces False)."""
+    return _gpu_allowed() and importlib.util.find_spec("triton") is not None
 
 
 def decode_supported(q: torch.Tensor, k_pool: BlockPool, v_pool: BlockPool, k_index: torch.Tensor) -> bool:
-    """Whether ``decode_attention`` runs the TileLang kernel for these inputs (else the reference)."""
+    """Whether ``decode_attention`` runs the GPU kernel for these inputs (else the reference)."""
     return (
-        tilelang_available() and q.is_cuda and q.dim() == 3 and q.dtype in _DTYPES
+        triton_available() and q.is_cuda and q.dim() == 3 and q.dtype in _DTYPES
         and isinstance(k_pool, BlockPool) and isinstance(v_pool, BlockPool)
         and k_pool.dtype == q.dtype and v_pool.dtype == q.dtype and k_pool.dense.is_cuda
         and q.shape[-1] in _DECODE_HEAD_DIMS and k_index.dim() == 3 and k_index.shape[1] >= 1
@@ -50,11 +57,11 @@ def decode_supported(q: torch.Tensor, k_pool: BlockPool, v_pool: BlockPool, k_in
 
 
 def default_splits(batch: int, h_kv: int, max_blocks: int, device: torch.device) -> int:
-    """Split count: about 12 programs per SM over all (split, KV head, sequence) (measured best on the
-    H200 at B=8, 32K: 24 splits; 16 and 48 within 5%)."""
+    """Split count: about 4 programs per SM over all (split, KV head, sequence), at least 8 blocks
+    per split (measured on the H200 at B=8, 32K: kernels/NOTES_GPU.md)."""
     sms = torch.cuda.get_device_properties(device).multi_processor_count
-    splits = max(1, (12 * sms) // max(1, batch * h_kv))
-    return max(1, min(splits, max(1, max_blocks // 4)))
+    splits = max(1, (4 * sms) // max(1, batch * h_kv))
+    return max(1, min(splits, max(1, max_blocks // 8)))
 
 
 def _nonempty(x: torch.Tensor) -> torch.Tensor:
@@ -62,14 +69,22 @@ def _nonempty(x: torch.Tensor) -> torch.Tensor:
     return x if x.shape[0] else torch.zeros((1, *x.shape[1:]), dtype=x.dtype, device=x.device)
 
 
+def _pool_kinds(pool: BlockPool) -> int:
+    """Which loads the kernel needs for this pool: dense (1), sparse (2) or both (3)."""
+    from .triton_decode import DENSE, SPARSE
+
+    return (DENSE if pool.dense.shape[0] else 0) | (SPARSE if pool.values.shape[0] else 0) or DENSE
+
+
 def decode_attention(q: torch.Tensor, k_pool: BlockPool, v_pool: BlockPool,
                      k_index: torch.Tensor, v_index: torch.Tensor, seq_lens: torch.Tensor,
                      sm_scale: float | None = None, num_splits: int | None = None,
-                     threads: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """``hs_kernels.attention.decode_attention`` on the TileLang kernel where supported (see module doc).
+                     num_warps: int = 4, num_stages: int = 2) -> tuple[torch.Tensor, torch.Tensor]:
+    """``hs_kernels.attention.decode_attention`` on the Triton kernel where supported (see module doc).
 
-    ``num_splits`` / ``threads`` (optional) override the split-KV count / threads per program. No host synchronisation on the GPU path
-    (seq_lens are not range-checked there: they must lie in ``[1, 64 * max_blocks]``).
+    ``num_splits`` (optional) overrides the split-KV count; ``num_warps`` / ``num_stages`` are the
+    kernel's launch options. No host synchronisation on the GPU path (seq_lens are not range-checked
+    there: they must lie in ``[1, 64 * max_blocks]``).
     """
     if not decode_supported(q, k_pool, v_pool, k_index):
         return _ref.decode_attention(q, k_pool, v_pool, k_index, v_index, seq_lens, sm_scale)
@@ -81,22 +96,40 @@ def decode_attention(q: torch.Tensor, k_pool: BlockPool, v_pool: BlockPool,
         raise ValueError(f"seq_lens must have shape [{batch}], got {list(seq_lens.shape)}")
     scale = _ref._scale(sm_scale, q)
     splits = num_splits or default_splits(batch, h_kv, max_blocks, q.device)
-    from . import tl_decode
+    return triton_decode(q, k_pool, v_pool, k_index, v_index, seq_lens, scale, splits, num_warps, num_stages)
 
-    kernel = tl_decode.get_kernel(h_q, h_kv, d, _DTYPES[q.dtype], threads or _THREADS)
-    o_part = torch.empty(batch, h_q, splits, d, dtype=torch.float32, device=q.device)
-    lse_part = torch.empty(batch, h_q, splits, dtype=torch.float32, device=q.device)
-    scale_log2 = torch.full((1,), scale * tl_decode.LOG2E, dtype=torch.float32, device=q.device)
-    kernel(q.contiguous(), _nonempty(k_pool.dense), _nonempty(k_pool.values), _nonempty(k_pool.meta),
-           _nonempty(v_pool.dense), _nonempty(v_pool.values), _nonempty(v_pool.meta),
-           k_index.contiguous(), v_index.contiguous(), seq_lens.to(torch.int32).contiguous(), scale_log2,
-           o_part, lse_part)
+
+def triton_decode(q, k_pool, v_pool, k_index, v_index, seq_lens, scale: float, splits: int,
+                  num_warps: int = 4, num_stages: int = 2, parts=None, prmt: bool = True):
+    """Launch the Triton decode (+ combine) on checked inputs. Also runs under Triton's CPU
+    interpreter (``TRITON_INTERPRET=1``, CPU tensors), which is how CI tests the kernel.
+    ``parts``: optional per-split workspace ``(o_part [B, H_q, splits, D], lse_part [B, H_q, splits])``
+    float32 (tests pass poisoned buffers to see that every element is written)."""
+    from . import triton_decode as td
+
+    batch, h_q, d = q.shape
+    h_kv, max_blocks = k_index.shape[1], k_index.shape[2]
+    g = h_q // h_kv
+    o_part, lse_part = parts or (torch.empty(batch, h_q, splits, d, dtype=torch.float32, device=q.device),
+                                 torch.empty(batch, h_q, splits, dtype=torch.float32, device=q.device))
+    td.decode_kernel[(splits, h_kv, batch)](
+        q.contiguous(), _nonempty(k_pool.dense), _nonempty(k_pool.values), _nonempty(k_pool.meta),
+        _nonempty(v_pool.dense), _nonempty(v_pool.values), _nonempty(v_pool.meta),
+        k_index.contiguous(), v_index.contiguous(), seq_lens.to(torch.int32).contiguous(),
+        o_part, lse_part, scale * td.LOG2E, max_blocks, splits,
+        H_KV=h_kv, G=g, BLOCK_H=max(16, _next_pow2(g)), D=d,
+        K_MODE=_pool_kinds(k_pool), V_MODE=_pool_kinds(v_pool), PRMT=prmt and q.is_cuda,
+        num_warps=num_warps, num_stages=num_stages)
     if splits == 1:
         return o_part[:, :, 0].to(q.dtype), lse_part[:, :, 0]
-    lse = torch.logsumexp(lse_part, dim=-1)
-    w = torch.exp(lse_part - lse[..., None])
-    out = torch.einsum("bhs,bhsd->bhd", w, o_part)
-    return out.to(q.dtype), lse
+    out = torch.empty(batch, h_q, d, dtype=q.dtype, device=q.device)
+    lse = torch.empty(batch, h_q, dtype=torch.float32, device=q.device)
+    td.combine_kernel[(batch * h_q,)](o_part, lse_part, out, lse, splits, D=d, SPLITS_P2=_next_pow2(splits))
+    return out, lse
+
+
+def _next_pow2(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
 
 
 def compress_magnitude(blocks: torch.Tensor, operand: str, values: torch.Tensor | None = None,
@@ -140,4 +173,4 @@ def compress_magnitude(blocks: torch.Tensor, operand: str, values: torch.Tensor 
     return values, meta, loss if _LOSS_MODE != "group" else loss.sum(dim=(1, 2))
 
 
-__all__ = ["tilelang_available", "decode_supported", "decode_attention", "compress_magnitude", "default_splits"]
+__all__ = ["tilelang_available", "triton_available", "decode_supported", "decode_attention", "compress_magnitude", "default_splits"]

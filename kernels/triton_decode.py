@@ -1,0 +1,161 @@
+"""Triton decode kernel: one new token per sequence against mixed dense/2:4-sparse KV blocks.
+
+Same semantics as ``hs_kernels.attention.decode_attention`` (the oracle). Split-KV: program
+``(split, kv_head, seq)`` walks its share of the sequence's 64-token blocks through the index maps,
+with the ``H_q / H_kv`` query heads of the KV group packed as the rows of one tile; online softmax
+in base 2; ``combine`` merges the splits by log-sum-exp.
+
+Decode is bandwidth-bound, so the only thing that matters is moving the stored bytes at full speed.
+Each block iteration issues *both* the dense and the sparse loads of K and V, masked by the sign of
+the index-map entry: a masked-off load moves no bytes, and with no branch in the loop Triton's
+pipeliner keeps the next blocks' copies in flight while this one is computed (the TileLang kernel's
+load/branch/barrier loop could not, NOTES_GPU.md). Sparse blocks are decompressed in registers
+(the pruned positions become zeros) and go through the same ``tl.dot`` as dense ones.
+``K_MODE`` / ``V_MODE`` (1 dense, 2 sparse, 3 both) compile out the loads a pool cannot need.
+"""
+
+import triton
+import triton.language as tl
+
+LOG2E = 1.4426950408889634
+DENSE, SPARSE = 1, 2  # pool kinds (K_MODE / V_MODE bits)
+# globals a kernel reads must be constexpr
+BS = tl.constexpr(64)  # tokens per block
+_LN2 = tl.constexpr(0.6931471805599453)
+_DENSE = tl.constexpr(DENSE)
+_SPARSE = tl.constexpr(SPARSE)
+
+
+@triton.jit
+def _unpack_24(vals, meta, ROWS: tl.constexpr, LEN: tl.constexpr, DTYPE: tl.constexpr, PRMT: tl.constexpr):
+    """2:4 operand rows -> dense ``[ROWS, LEN]`` of DTYPE, zeros at the pruned positions.
+
+    vals: int32 ``[ROWS, LEN/4]``, one word per group: its kept values ``v0 | v1 << 16``.
+    meta: int32 ``[ROWS, LEN/32]``, eight group nibbles ``idx0 | idx1 << 2`` per word (two int16).
+    A group's four outputs are two words, each a byte permutation of its value word and zero
+    (``prmt``). Half j's selector byte is 0x10 (v0) if j == idx0, 0x32 (v1) if j == idx1, else
+    0x44 (zero), so ``0x44444444 ^ 0x54 << 8 idx0 ^ 0x76 << 8 idx1`` holds all four.
+    ``PRMT=False`` computes the same with selects (Triton's CPU interpreter cannot run PTX).
+    """
+    nib = tl.reshape((meta[:, :, None] >> (tl.arange(0, 8) * 4)[None, None, :]) & 15, (ROWS, LEN // 4))
+    sel = 0x44444444 ^ (0x54 << ((nib & 3) * 8)) ^ (0x76 << ((nib >> 2) * 8))
+    if PRMT:
+        w01, w23 = tl.inline_asm_elementwise(
+            "{ .reg .b32 z, t; mov.b32 z, 0; shr.b32 t, $3, 16; prmt.b32 $0, $2, z, $3; prmt.b32 $1, $2, z, t; }",
+            "=r,=r,r,r", [vals, sel], dtype=(tl.int32, tl.int32), is_pure=True, pack=1)
+        h0, h1, h2, h3 = w01, w01 >> 16, w23, w23 >> 16
+    else:
+        lo, hi = vals & 0xFFFF, (vals >> 16) & 0xFFFF
+        h0 = tl.where((sel & 0xFF) == 0x10, lo, 0)
+        h1 = tl.where(((sel >> 8) & 0xFF) == 0x10, lo, tl.where(((sel >> 8) & 0xFF) == 0x32, hi, 0))
+        h2 = tl.where(((sel >> 16) & 0xFF) == 0x10, lo, tl.where(((sel >> 16) & 0xFF) == 0x32, hi, 0))
+        h3 = tl.where(((sel >> 24) & 0xFF) == 0x32, hi, 0)
+    halves = tl.join(tl.join(h0, h2), tl.join(h1, h3))  # [.., 2, 2] flattens to h0 h1 h2 h3
+    return tl.reshape(halves.to(tl.int16).to(DTYPE, bitcast=True), (ROWS, LEN))
+
+
+@triton.jit
+def _block(dense, vals, meta, e, dense_off, vals_off, meta_off, mask, ROWS: tl.constexpr, LEN: tl.constexpr,
+           MODE: tl.constexpr, DTYPE: tl.constexpr, PRMT: tl.constexpr):
+    """Operand rows ``[ROWS, LEN]`` (K: ``[64, D]``, V^T: ``[D, 64]``) of index-map entry ``e``: its
+    dense slot read through ``dense_off`` (rows under ``mask``) or its sparse slot unpacked. With
+    both kinds in the pool, both copies are issued, masked (a masked-off copy moves no bytes), so no
+    load sits in a branch and the pipeliner keeps them in flight; only the math branches."""
+    if MODE == _DENSE:
+        x = tl.load(dense + e.to(tl.int64) * (ROWS * LEN) + dense_off, mask=mask, other=0.0)
+    else:
+        sp = (-e - 1).to(tl.int64)
+        w = tl.load(vals + sp * (ROWS * LEN // 4) + vals_off, mask=e < 0, other=0)
+        m = tl.load(meta + sp * (ROWS * LEN // 32) + meta_off, mask=e < 0, other=0)
+        if MODE == _SPARSE:
+            x = _unpack_24(w, m, ROWS, LEN, DTYPE, PRMT)
+        else:
+            d = tl.load(dense + tl.maximum(e, 0).to(tl.int64) * (ROWS * LEN) + dense_off,
+                        mask=mask & (e >= 0), other=0.0)
+            if e < 0:
+                x = _unpack_24(w, m, ROWS, LEN, DTYPE, PRMT)
+            else:
+                x = d
+    return x
+
+
+@triton.jit
+def decode_kernel(q_ptr, k_dense, k_vals, k_meta, v_dense, v_vals, v_meta, k_index, v_index, seq_lens,
+                  o_part, lse_part, scale_log2, max_blocks, splits,
+                  H_KV: tl.constexpr, G: tl.constexpr, BLOCK_H: tl.constexpr, D: tl.constexpr,
+                  K_MODE: tl.constexpr, V_MODE: tl.constexpr, PRMT: tl.constexpr):
+    sx = tl.program_id(0)
+    hx = tl.program_id(1)
+    bx = tl.program_id(2)
+    seq_len = tl.load(seq_lens + bx)
+    n_blocks = tl.cdiv(seq_len, BS)
+    per = tl.cdiv(n_blocks, splits)
+    start = sx * per
+    stop = tl.minimum(start + per, n_blocks)
+
+    rows = tl.arange(0, BLOCK_H)
+    cols = tl.arange(0, D)
+    tok = tl.arange(0, BS)
+    head = hx * G + rows
+    q = tl.load(q_ptr + (bx * H_KV * G + head)[:, None] * D + cols[None, :], mask=(rows < G)[:, None], other=0.0)
+
+    m_i = tl.full((BLOCK_H,), float("-inf"), tl.float32)
+    l_i = tl.zeros((BLOCK_H,), tl.float32)
+    acc = tl.zeros((BLOCK_H, D), tl.float32)
+    index_row = (bx * H_KV + hx).to(tl.int64) * max_blocks
+    dense_off = tok[:, None] * D + cols[None, :]  # a dense slot [64, D], token-major
+    dense_t_off = tok[None, :] * D + cols[:, None]  # the same slot read as V^T [D, 64]
+    # sparse slots read as int32 words: one per group of values, one per 8 groups of metadata
+    k_vals = k_vals.to(tl.pointer_type(tl.int32))
+    k_meta = k_meta.to(tl.pointer_type(tl.int32))
+    v_vals = v_vals.to(tl.pointer_type(tl.int32))
+    v_meta = v_meta.to(tl.pointer_type(tl.int32))
+    kv_off = tok[:, None] * (D // 4) + tl.arange(0, D // 4)[None, :]  # K operand rows: tokens
+    km_off = tok[:, None] * (D // 32) + tl.arange(0, D // 32)[None, :]
+    vv_off = cols[:, None] * (BS // 4) + tl.arange(0, BS // 4)[None, :]  # V^T operand rows: channels
+    vm_off = cols[:, None] * (BS // 32) + tl.arange(0, BS // 32)[None, :]
+
+    for j in range(start, stop):
+        ke = tl.load(k_index + index_row + j)
+        ve = tl.load(v_index + index_row + j)
+        live = (j * BS + tok) < seq_len
+        k = _block(k_dense, k_vals, k_meta, ke, dense_off, kv_off, km_off, True, BS, D, K_MODE, q.dtype, PRMT)
+        s = tl.dot(q, tl.trans(k)) * scale_log2
+        s = tl.where(live[None, :], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        m_i = m_new
+        # rows past the sequence end (last block, always dense) may hold stale data: masked.
+        # A dense-only pool is read token-major (measured faster); otherwise as V^T, like sparse slots.
+        if V_MODE == _DENSE:
+            v = tl.load(v_dense + ve.to(tl.int64) * (BS * D) + dense_off, mask=live[:, None], other=0.0)
+        else:
+            v = tl.trans(_block(v_dense, v_vals, v_meta, ve, dense_t_off, vv_off, vm_off, live[None, :], D, BS,
+                                V_MODE, q.dtype, PRMT))
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+
+    has = l_i > 0
+    out = acc / tl.where(has, l_i, 1.0)[:, None]
+    lse = tl.where(has, (m_i + tl.log2(tl.where(has, l_i, 1.0))) * _LN2, float("-inf"))
+    part = (bx * H_KV * G + head) * splits + sx
+    tl.store(o_part + part[:, None] * D + cols[None, :], out, mask=(rows < G)[:, None])
+    tl.store(lse_part + part, lse, mask=rows < G)
+
+
+@triton.jit
+def combine_kernel(o_part, lse_part, out, lse_out, splits, D: tl.constexpr, SPLITS_P2: tl.constexpr):
+    """Program per (seq, query head): log-sum-exp merge of its ``splits`` partial results."""
+    row = tl.program_id(0).to(tl.int64)
+    s = tl.arange(0, SPLITS_P2)
+    cols = tl.arange(0, D)
+    lse = tl.load(lse_part + row * splits + s, mask=s < splits, other=float("-inf"))
+    m = tl.max(lse, 0)
+    m_safe = tl.where(m == float("-inf"), 0.0, m)
+    w = tl.exp(lse - m_safe)
+    total = tl.sum(w, 0)
+    o = tl.load(o_part + (row * splits + s)[:, None] * D + cols[None, :], mask=(s < splits)[:, None], other=0.0)
+    res = tl.sum(w[:, None] * o, 0) / tl.where(total > 0, total, 1.0)
+    tl.store(out + row * D + cols, res.to(out.dtype.element_ty))
+    tl.store(lse_out + row, tl.where(total > 0, m_safe + tl.log(total), float("-inf")))
