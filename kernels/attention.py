@@ -9,7 +9,9 @@ Semantics shared by every function here (GPU kernels must match them):
   * ``lse`` is float32, natural log: ``lse = log(sum_j exp(scale * q . k_j))`` over the keys the
     query may see, one per query head; ``-inf`` (with ``out = 0``) when it sees none;
   * partial results over disjoint key sets combine exactly with ``merge_attention``.
-No Python loops over tokens, blocks or heads; only over query tiles to bound memory.
+No Python loops over tokens or heads; only over query tiles (to bound memory) and, for streaming
+attention, over the few key blocks a tile sees. A query's result does not depend on how queries
+are cut into calls and tiles (see ``_attend``).
 """
 
 from __future__ import annotations
@@ -17,11 +19,14 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 
 from .format import BLOCK_SIZE, INDEX_DTYPE, check_dtype, check_shape, check_value_dtype
 from .pool import BlockPool
 
 _TILE_ELEMS = 1 << 22  # scores held at once per query tile (float32): 16 MiB
+_KEY_BLOCK = BLOCK_SIZE  # keys per fixed reduction block (see _attend)
+_MIN_ROWS = 16  # fewest GEMM rows per KV head (see _attend)
 
 
 def decode_attention(q: torch.Tensor, k_pool: BlockPool, v_pool: BlockPool,
@@ -129,7 +134,8 @@ def streaming_attention(q: torch.Tensor, q_pos: torch.Tensor, k: torch.Tensor, v
             raise ValueError(f"{name} must be an int >= 0, got {val!r}")
     qp, kp = q_pos.long()[:, :, None], k_pos.long()[:, None, :]
     allowed = (kp >= 0) & (kp <= qp) & ((kp < sink_tokens) | (kp > qp - window_tokens))  # [B, T, N]
-    out, lse = _attend(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), allowed, _scale(sm_scale, q))
+    out, lse = _attend(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), allowed, _scale(sm_scale, q),
+                       positional=False)
     return out.transpose(1, 2).to(q.dtype), lse.transpose(1, 2)
 
 
@@ -158,33 +164,71 @@ def merge_attention(out_a: torch.Tensor, lse_a: torch.Tensor, out_b: torch.Tenso
 # ---- internals ----
 
 def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor,
-            scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+            scale: float, positional: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """q ``[Bt, H_q, Tq, D]``, k/v ``[Bt, H_kv, Tk, D]``, allowed bool ``[Bt, Tq|1, Tk]`` ->
     out ``[Bt, H_q, Tq, D]`` float32, lse ``[Bt, H_q, Tq]`` float32.
 
-    Query tiles bound the score memory; each tile reads keys only up to the last one it may see
-    (so causal prefill does about half the work)."""
+    A query's result depends only on its q and the keys it may see (with their index modulo 64),
+    not on how the caller cut the queries into calls or which other keys it passed, so chunked and
+    one-shot prefill, cached and cold runs agree bit for bit. A single P.V GEMM over a tile- and
+    call-dependent key length (as before) rounds differently per cut; in bf16 serving those fp32
+    differences flipped output roundings and cached runs drifted from cold ones. Here P.[V|1] is
+    one GEMM per fixed 64-key block (index // 64; the ones column gives the softmax sum), and the
+    blocks are added in a fixed structure where a block the query cannot see adds exact zeros:
+      * ``positional`` (key index = position, as in prefill and decode: unseen blocks only trail):
+        a tile reads blocks 0 .. its last seen one, summed as a pairwise tree padded to a power of two;
+      * else (streaming: sink + window, gaps in between): only blocks some query of the tile sees,
+        summed one after another in index order.
+    The row maximum and exp are exact per element; GEMMs over few queries take another BLAS path,
+    so tiles are padded to at least _MIN_ROWS rows per KV head. Query tiles bound memory."""
     bt, h_q, tq, d = q.shape
     h_kv, tk = k.shape[1], k.shape[2]
     g = h_q // h_kv
+    nb = -(-tk // _KEY_BLOCK)
+    pad = nb * _KEY_BLOCK - tk
     qf = (q.float() * scale).reshape(bt, h_kv, g, tq, d)
-    kf, vf = k.float(), v.float()  # [Bt, H_kv, Tk, D]
-    tile = max(1, _TILE_ELEMS // max(1, bt * h_q * tk))
-    out = torch.empty(bt, h_kv, g, tq, d, dtype=torch.float32, device=q.device)
-    lse = torch.empty(bt, h_kv, g, tq, dtype=torch.float32, device=q.device)
+    kf = F.pad(k.float(), (0, 0, 0, pad))
+    vf = F.pad(F.pad(v.float(), (0, 1), value=1.0), (0, 0, 0, pad))
+    mask = F.pad(allowed, (0, pad), value=False)
+    out = torch.zeros(bt, h_kv, g, tq, d, dtype=torch.float32, device=q.device)
+    lse = torch.full((bt, h_kv, g, tq), -math.inf, dtype=torch.float32, device=q.device)
+    tile = max(1, _TILE_ELEMS // max(1, bt * h_q * nb * _KEY_BLOCK))
     for start in range(0, tq, tile):
         stop = min(tq, start + tile)
-        m = allowed if allowed.shape[1] == 1 else allowed[:, start:stop]
-        seen = torch.nonzero(m.any(dim=1).any(dim=0))
-        kend = int(seen.max()) + 1 if seen.numel() else 0
-        rows = qf[:, :, :, start:stop].reshape(bt, h_kv, g * (stop - start), d)  # GQA: one GEMM per KV head
-        s = torch.matmul(rows, kf[:, :, :kend].transpose(-1, -2)).view(bt, h_kv, g, stop - start, kend)
-        s.masked_fill_(~m[:, None, None, :, :kend], float("-inf"))
-        tile_lse = torch.logsumexp(s, dim=-1)
-        safe = torch.where(torch.isinf(tile_lse), torch.zeros_like(tile_lse), tile_lse)
-        p = s.sub_(safe[..., None]).exp_().view(bt, h_kv, g * (stop - start), kend)
-        out[:, :, :, start:stop] = torch.matmul(p, vf[:, :, :kend]).view(bt, h_kv, g, stop - start, d)
-        lse[:, :, :, start:stop] = tile_lse
+        n = stop - start
+        n_pad = max(n, -(-_MIN_ROWS // g))
+        m = mask if mask.shape[1] == 1 else F.pad(mask[:, start:stop], (0, 0, 0, n_pad - n), value=False)
+        seen = m.view(bt, m.shape[1], nb, _KEY_BLOCK).any(dim=-1).any(dim=1).any(dim=0)
+        blocks = torch.nonzero(seen).flatten()
+        if not blocks.numel():
+            continue  # no query here sees a key: out 0, lse -inf
+        if positional:
+            keys = slice(0, (int(blocks[-1]) + 1) * _KEY_BLOCK)
+        else:
+            keys = (blocks[:, None] * _KEY_BLOCK + torch.arange(_KEY_BLOCK, device=q.device)).flatten()
+        kb, vb, mb = kf[:, :, keys], vf[:, :, keys], m[..., keys]
+        nbs = kb.shape[2] // _KEY_BLOCK
+        rows = F.pad(qf[:, :, :, start:stop], (0, 0, 0, n_pad - n)).reshape(bt, h_kv, g * n_pad, d)
+        # transposed scores [keys, rows]: both GEMMs then read their operands without copies
+        s = torch.matmul(kb, rows.transpose(-1, -2)).view(bt, h_kv, nbs * _KEY_BLOCK, g, n_pad)
+        s.masked_fill_(~mb.transpose(1, 2)[:, None, :, None, :], float("-inf"))
+        top = s.amax(dim=2)
+        top = torch.where(torch.isinf(top), torch.zeros_like(top), top)  # rows that see nothing: p = 0
+        p = s.sub_(top[:, :, None]).exp_().view(bt, h_kv, nbs, _KEY_BLOCK, g * n_pad)
+        part = torch.matmul(vb.view(bt, h_kv, nbs, _KEY_BLOCK, d + 1).transpose(-1, -2), p)  # [.., nbs, D+1, rows]
+        if positional:
+            part = F.pad(part, (0, 0, 0, 0, 0, (1 << (nbs - 1).bit_length()) - nbs))
+            while part.shape[2] > 1:
+                part = part[:, :, 0::2] + part[:, :, 1::2]
+            acc = part[:, :, 0]
+        else:
+            acc = part[:, :, 0].clone()
+            for j in range(1, nbs):
+                acc += part[:, :, j]
+        acc = acc.view(bt, h_kv, d + 1, g, n_pad)[..., :n].permute(0, 1, 3, 4, 2)  # [.., g, n, D+1]
+        denom = acc[..., d]
+        out[:, :, :, start:stop] = acc[..., :d] / torch.where(denom > 0, denom, torch.ones_like(denom))[..., None]
+        lse[:, :, :, start:stop] = top[..., :n] + torch.log(denom)
     return out.view(bt, h_q, tq, d), lse.view(bt, h_q, tq)
 
 

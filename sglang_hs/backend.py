@@ -102,9 +102,12 @@ class HSAttnBackend(AttentionBackend):
         return blocks.permute(1, 2, 0, 3).reshape(-1, *x.shape[1:])[prefix_len:seq_len]
 
     def _stream_keys(self, store: LayerStore, locs: torch.Tensor, first_q: int, seq_len: int):
-        """Streaming K/V/positions a query block starting at ``first_q`` may need: sink + window."""
-        sink = min(self.settings.sink_tokens, seq_len)
-        start = max(sink, first_q - self.settings.window_tokens + 1)
+        """Streaming K/V/positions a query block starting at ``first_q`` may need: sink + window,
+        both widened to whole pages so that each key's index modulo 64 is its position's (the
+        reference then gives a query the same result however the prefill was chunked or cached;
+        the extra keys are masked, and their pages are stored: sink page, window page)."""
+        sink = min(-(-self.settings.sink_tokens // BLOCK_SIZE) * BLOCK_SIZE, seq_len)
+        start = max(sink, (first_q - self.settings.window_tokens + 1) // BLOCK_SIZE * BLOCK_SIZE)
         pos = torch.cat((torch.arange(sink), torch.arange(start, seq_len)))
         rows = self.pool.stream_rows(locs[pos])
         return store.stream_k[rows], store.stream_v[rows], pos

@@ -218,3 +218,82 @@ def test_sm_scale_is_honoured():
     out, lse = hk.decode_attention(q[-1:], c.k_pool, c.v_pool, c.k_index[None], c.v_index[None], torch.tensor([70]), sm_scale=0.3)
     ref_out, ref_lse = oracle(q[-1:], k, v, torch.ones(1, 70, dtype=torch.bool), scale=0.3)
     assert rel_err(out, ref_out) < 1e-5 and rel_err(lse, ref_lse) < 1e-5
+
+
+# ---- chunk invariance: a query's result must not depend on how the queries were cut into calls ----
+# (bf16 serving compares cached runs, prefill resumed after a cached prefix, with cold runs, one chunk:
+# fp32 results that differ in the last bit flip bf16 roundings, and over 30 layers outputs drift apart)
+
+def _chunked_prefill(q, k, v, cuts, s_k=0.0, s_v=0.0):
+    """Prefill in chunks ending at ``cuts``, each chunk against the compressed blocks of the previous ones."""
+    h_kv, d = k.shape[1], k.shape[2]
+    outs, lses, start = [], [], 0
+    for stop in cuts:
+        if start:
+            c = hk.compress_sequence(k[:start], v[:start], hk.SparsityConfig(s_k, s_v, 64, 64))
+            pools, idx = (c.k_pool, c.v_pool), (c.k_index, c.v_index)
+        else:
+            empty = torch.zeros(h_kv, 0, dtype=torch.int32)
+            pools = (hk.BlockPool.allocate("k", d, 0, 0, k.dtype), hk.BlockPool.allocate("v", d, 0, 0, k.dtype))
+            idx = (empty, empty)
+        o, l = hk.prefill_attention(q[start:stop], k[start:stop], v[start:stop], *pools, *idx, start)
+        outs.append(o)
+        lses.append(l)
+        start = stop
+    return torch.cat(outs), torch.cat(lses)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("h_q, h_kv, d", [(6, 2, 64), (4, 4, 128)])
+def test_prefill_bitwise_independent_of_chunking(dtype, h_q, h_kv, d):
+    n = 1100
+    q, k, v = make_qkv(n, h_q, h_kv, d, dtype, seed=11)
+    one_shot = _chunked_prefill(q, k, v, [n])
+    # a cached prefix of 1024 (page-aligned, as the radix cache gives), odd cuts, and 1-2 token chunks
+    for cuts in ([1024, n], [130, 777, 1024, n], [64, 65, 67, 900, n]):
+        out, lse = _chunked_prefill(q, k, v, cuts)
+        assert torch.equal(out, one_shot[0]), cuts
+        assert torch.equal(lse, one_shot[1]), cuts
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_prefill_on_compressed_prefix_bitwise_equals_one_shot_on_pruned_keys(dtype):
+    # hs cold: the whole prompt in one chunk, its blocks pruned in flight; hs cached: the prefix read
+    # from 2:4-compressed blocks, the rest prefilled. Same pruned values, so the same bits.
+    h_q, h_kv, d, p, n = 6, 2, 64, 768, 900
+    q, k, v = make_qkv(n, h_q, h_kv, d, dtype, seed=12)
+    c = hk.compress_sequence(k[:p], v[:p], hk.SparsityConfig(1.0, 1.0, 64, 64))
+    assert hk.is_sparse(c.k_index).any() and hk.is_sparse(c.v_index).any()
+    kd, vd = c.dense_kv()
+    cold = _chunked_prefill(q, torch.cat([kd, k[p:]]), torch.cat([vd, v[p:]]), [n])
+    hot = hk.prefill_attention(q[p:], k[p:], v[p:], c.k_pool, c.v_pool, c.k_index, c.v_index, p)
+    assert torch.equal(hot[0], cold[0][p:]) and torch.equal(hot[1], cold[1][p:])
+
+
+def test_decode_bitwise_independent_of_batch_and_equal_to_prefill_row():
+    h_q, h_kv, d = 8, 2, 128
+    lens = [300, 1000]
+    seqs = [make_qkv(n, h_q, h_kv, d, torch.bfloat16, seed=20 + i) for i, n in enumerate(lens)]
+    caches = [hk.compress_sequence(k, v, hk.SparsityConfig(0.0, 0.0)) for _, k, v in seqs]
+    (k_pool, v_pool), (k_index, v_index) = shared_pools(caches)
+    q = torch.stack([s[0][-1] for s in seqs])
+    both, both_lse = hk.decode_attention(q, k_pool, v_pool, k_index, v_index, torch.tensor(lens))
+    alone, alone_lse = hk.decode_attention(q[:1], k_pool, v_pool, k_index[:1], v_index[:1], torch.tensor(lens[:1]))
+    assert torch.equal(both[:1], alone) and torch.equal(both_lse[:1], alone_lse)
+    q0, k0, v0 = seqs[0]
+    row, row_lse = _chunked_prefill(q0, k0, v0, [lens[0]])
+    assert torch.equal(alone[0], row[-1]) and torch.equal(alone_lse[0], row_lse[-1])
+
+
+@pytest.mark.parametrize("sink, window", [(64, 64), (100, 200)])
+def test_streaming_bitwise_same_for_cold_and_cached_key_layouts(sink, window):
+    # cold: one chunk, every key passed; cached: queries from 1024, keys = sink + window before 1024,
+    # both widened to whole pages as the hs backend does (index modulo 64 = position modulo 64)
+    h_q, h_kv, d, p, n = 6, 2, 64, 1024, 1150
+    q, k, v = make_qkv(n, h_q, h_kv, d, torch.bfloat16, seed=13)
+    pos = torch.arange(n)
+    cold = hk.streaming_attention(q[None], pos[None], k[None], v[None], pos[None], sink, window)
+    sink_end = -(-sink // 64) * 64
+    kpos = torch.cat([torch.arange(sink_end), torch.arange((p - window + 1) // 64 * 64, n)])
+    hot = hk.streaming_attention(q[None, p:], pos[None, p:], k[None, kpos], v[None, kpos], kpos[None], sink, window)
+    assert torch.equal(hot[0], cold[0][:, p:]) and torch.equal(hot[1], cold[1][:, p:])
