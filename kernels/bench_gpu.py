@@ -129,7 +129,7 @@ def main():
     sl = torch.full((b,), ctx, dtype=torch.int32, device="cuda")
     default = gpu.default_splits(b, H_KV, ctx // BLOCK_SIZE, q.device)
     tuning = [{"num_splits": n} for n in (12, 16, 24) if n != default] + [
-        {"num_stages": 3}, {"num_warps": 2}, {"num_warps": 8}]
+        {"num_stages": 3}, {"num_warps": 4}, {"num_warps": 8}]
     scale = 1.0 / math.sqrt(D)
     for s_k, s_v in settings:
         for mixed in ((False, True) if (s_k, s_v) == (0, 0) else (False,)):

@@ -3,6 +3,7 @@
 ``decode_attention`` has the reference's signature (``hs_kernels.attention.decode_attention``) and
 returns the same results; it runs the Triton kernel (``triton_decode``) when the inputs are CUDA
 float16/bfloat16 tensors with a supported shape, else the reference.
+``prefill_attention`` likewise runs the TileLang Trans-Both kernel (``tl_prefill``) where it applies.
 ``compress_magnitude`` is the fused pruner + compressor (TileLang, ``tl_compress``), with a PyTorch
 fallback. ``triton`` and ``tilelang`` are imported lazily, only on CUDA: this module imports on any
 machine. Kernels are compiled once per (heads, head_dim, dtype, pool kinds) and cached per process;
@@ -79,7 +80,7 @@ def _pool_kinds(pool: BlockPool) -> int:
 def decode_attention(q: torch.Tensor, k_pool: BlockPool, v_pool: BlockPool,
                      k_index: torch.Tensor, v_index: torch.Tensor, seq_lens: torch.Tensor,
                      sm_scale: float | None = None, num_splits: int | None = None,
-                     num_warps: int = 4, num_stages: int = 2) -> tuple[torch.Tensor, torch.Tensor]:
+                     num_warps: int = 2, num_stages: int = 2) -> tuple[torch.Tensor, torch.Tensor]:
     """``hs_kernels.attention.decode_attention`` on the Triton kernel where supported (see module doc).
 
     ``num_splits`` (optional) overrides the split-KV count; ``num_warps`` / ``num_stages`` are the
@@ -100,7 +101,7 @@ def decode_attention(q: torch.Tensor, k_pool: BlockPool, v_pool: BlockPool,
 
 
 def triton_decode(q, k_pool, v_pool, k_index, v_index, seq_lens, scale: float, splits: int,
-                  num_warps: int = 4, num_stages: int = 2, parts=None, prmt: bool = True):
+                  num_warps: int = 2, num_stages: int = 2, parts=None, prmt: bool = True):
     """Launch the Triton decode (+ combine) on checked inputs. Also runs under Triton's CPU
     interpreter (``TRITON_INTERPRET=1``, CPU tensors), which is how CI tests the kernel.
     ``parts``: optional per-split workspace ``(o_part [B, H_q, splits, D], lse_part [B, H_q, splits])``
@@ -126,6 +127,18 @@ def triton_decode(q, k_pool, v_pool, k_index, v_index, seq_lens, scale: float, s
     lse = torch.empty(batch, h_q, dtype=torch.float32, device=q.device)
     td.combine_kernel[(batch * h_q,)](o_part, lse_part, out, lse, splits, D=d, SPLITS_P2=_next_pow2(splits))
     return out, lse
+
+
+def prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                      k_pool: BlockPool, v_pool: BlockPool, k_index: torch.Tensor, v_index: torch.Tensor,
+                      prefix_len: int, sm_scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``hs_kernels.attention.prefill_attention`` on the TileLang kernel (``tl_prefill``) where it
+    applies (CUDA, float16/bfloat16, head_dim 64/128, tilelang installed), else the reference."""
+    if not (tilelang_available() and q.is_cuda):
+        return _ref.prefill_attention(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len, sm_scale)
+    from . import tl_prefill
+
+    return tl_prefill.prefill_attention(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len, sm_scale)
 
 
 def _next_pow2(n: int) -> int:
@@ -173,4 +186,4 @@ def compress_magnitude(blocks: torch.Tensor, operand: str, values: torch.Tensor 
     return values, meta, loss if _LOSS_MODE != "group" else loss.sum(dim=(1, 2))
 
 
-__all__ = ["tilelang_available", "triton_available", "decode_supported", "decode_attention", "compress_magnitude", "default_splits"]
+__all__ = ["tilelang_available", "triton_available", "decode_supported", "decode_attention", "prefill_attention", "compress_magnitude", "default_splits"]

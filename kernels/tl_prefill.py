@@ -451,16 +451,12 @@ def prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                       k_pool: BlockPool, v_pool: BlockPool, k_index: torch.Tensor, v_index: torch.Tensor,
                       prefix_len: int, sm_scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """``hs_kernels.attention.prefill_attention`` on the TileLang kernel where supported, else the
-    reference (CPU, float32, head_dim 256, tilelang missing). The chunk's own keys/values are used
+    reference (CPU, float32, head_dim 256). ``hs_kernels.gpu.prefill_attention`` is the dispatching
+entry point (it also honours ``HS_KERNELS_NO_GPU``). The chunk's own keys/values are used
     dense, as in the reference."""
-    if not (supported(q, k, v, k_pool, v_pool) and _tilelang_ok()):
+    if not supported(q, k, v, k_pool, v_pool):
         return _ref.prefill_attention(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len, sm_scale)
     return prefill_blocks(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len, sm_scale)
-
-
-def _tilelang_ok() -> bool:
-    import os
-    return os.environ.get("HS_KERNELS_NO_GPU") != "1"
 
 
 class ChunkBlocks:

@@ -58,7 +58,7 @@ def test_decode_matches_reference(case, splits):
     check(case, splits, 1.0 / math.sqrt(case[3]) if splits != 3 else 0.07)
 
 
-@pytest.mark.parametrize("num_warps,num_stages", [(4, 3), (8, 2), (4, 1)])
+@pytest.mark.parametrize("num_warps,num_stages", [(4, 2), (2, 3), (8, 2), (2, 1)])
 def test_decode_launch_options(num_warps, num_stages):
     check(CASES[0], 5, 0.09, num_warps=num_warps, num_stages=num_stages)
 
