@@ -176,7 +176,7 @@ def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Te
     one GEMM per fixed 64-key block (index // 64; the ones column gives the softmax sum), and the
     blocks are added in a fixed structure where a block the query cannot see adds exact zeros:
       * ``positional`` (key index = position, as in prefill and decode: unseen blocks only trail):
-        a tile reads blocks 0 .. its last seen one, summed as a pairwise tree padded to a power of two;
+        a tile reads blocks 0 .. its last seen one, summed as a pairwise tree over block indices;
       * else (streaming: sink + window, gaps in between): only blocks some query of the tile sees,
         summed one after another in index order.
     The row maximum and exp are exact per element; GEMMs over few queries take another BLAS path,
@@ -217,9 +217,10 @@ def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Te
         p = s.sub_(top[:, :, None]).exp_().view(bt, h_kv, nbs, _KEY_BLOCK, g * n_pad)
         part = torch.matmul(vb.view(bt, h_kv, nbs, _KEY_BLOCK, d + 1).transpose(-1, -2), p)  # [.., nbs, D+1, rows]
         if positional:
-            part = F.pad(part, (0, 0, 0, 0, 0, (1 << (nbs - 1).bit_length()) - nbs))
-            while part.shape[2] > 1:
-                part = part[:, :, 0::2] + part[:, :, 1::2]
+            while part.shape[2] > 1:  # pairs (2i, 2i + 1); an odd last block is carried (+ exact zero)
+                half = part.shape[2] // 2
+                pairs = part[:, :, 0:2 * half:2] + part[:, :, 1:2 * half:2]
+                part = torch.cat((pairs, part[:, :, 2 * half:]), dim=2) if part.shape[2] % 2 else pairs
             acc = part[:, :, 0]
         else:
             acc = part[:, :, 0].clone()
