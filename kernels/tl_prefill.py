@@ -26,7 +26,6 @@ Imported only on CUDA (needs ``tilelang``); TileLang reads this file's source, k
 """
 
 import functools
-import math
 
 import tilelang
 import tilelang.language as T
@@ -53,18 +52,11 @@ def _kernel(h_q, h_kv, d, dtype, hg, tq, threads, k_mode, v_mode, ck_mode, cv_mo
     nc_k = T.dynamic("nc_k")
     nc_v = T.dynamic("nc_v")
 
-    def need_sparse(*modes):
-        return any(m != "dense" for m in modes)
-
     # One cross-warp AllReduce per column (batch 1). TileLang 0.1.11's batched AllReduce (batch > 1,
     # one barrier pair for all columns) sizes its shared workspace for one column only: the extra
     # columns overran it (illegal address on the H200 with 256 threads; overlap with live stage
     # buffers seen in the 128-thread source).
     red_batch = 1
-    k_sp = need_sparse(k_mode, ck_mode)
-    v_sp = need_sparse(v_mode, cv_mode)
-    k_de = k_mode != "sparse" or ck_mode != "sparse"
-    v_de = v_mode != "sparse" or cv_mode != "sparse"
 
     # ---------------- loads (one macro per source; the mode picks branch-free or branching)
     @T.macro

@@ -1,4 +1,4 @@
-"""Random decode inputs shared by the decode kernel tests (CPU interpreter and GPU)."""
+"""Random pools and index maps shared by the kernel tests (decode on CPU interpreter and GPU, prefill on GPU)."""
 
 import torch
 
@@ -7,28 +7,33 @@ from hs_kernels.pool import BlockPool
 from hs_kernels.pruner import element_mask
 
 
+def store_shuffled(operand, blocks, sparse, gen):
+    """A pool holding token-major ``blocks [N, 64, D]``, block n 2:4-compressed where ``sparse[n]``,
+    at shuffled slots; returns ``(pool, index [N])`` (exactly sized: no sparse / no dense slots when
+    none / all are sparse, the kernels' single-kind paths)."""
+    n_total, n_sp = blocks.shape[0], int(sparse.sum())
+    pool = BlockPool.allocate(operand, blocks.shape[-1], n_total - n_sp, n_sp, blocks.dtype, blocks.device)
+    dense_slots = torch.randperm(n_total - n_sp, generator=gen, device=blocks.device)
+    sparse_slots = torch.randperm(n_sp, generator=gen, device=blocks.device)
+    pool.store_dense(dense_slots, blocks[~sparse])
+    if n_sp:
+        pool.store_sparse(sparse_slots, blocks[sparse], element_mask(blocks[sparse], operand))
+    index = torch.empty(n_total, dtype=torch.int32, device=blocks.device)
+    index[~sparse] = encode_dense(dense_slots.int())
+    index[sparse] = encode_sparse(sparse_slots.int())
+    return pool, index
+
+
 def make_case(batch, h_kv, d, seq_lens, p_sparse_k, p_sparse_v, dtype, gen, device):
-    """Random pools + index maps: each (seq, head, block) dense or sparse at random, slots shuffled,
-    entries past each sequence NO_BLOCK (one spare column). p = 0 / 1 give pools with no sparse /
-    no dense slots (the kernel's single-kind paths)."""
+    """Random pools + index maps ``[B, H_kv, nb]``: each (seq, head, block) dense or sparse with
+    probability p, entries past each sequence NO_BLOCK (one spare column)."""
     nb = max(-(-s // 64) for s in seq_lens) + 1
     n_total = batch * h_kv * nb
     pools, indexes = [], []
     for operand, p in (("k", p_sparse_k), ("v", p_sparse_v)):
-        sparse = torch.rand(batch, h_kv, nb, generator=gen, device=device) < p
-        n_sp = int(sparse.sum())
-        pool = BlockPool.allocate(operand, d, n_total - n_sp, n_sp, dtype, device)
+        sparse = torch.rand(n_total, generator=gen, device=device) < p
         blocks = torch.randn(n_total, 64, d, generator=gen, device=device).to(dtype)
-        flat = sparse.flatten()
-        dense_slots = torch.randperm(n_total - n_sp, generator=gen, device=device)
-        sparse_slots = torch.randperm(n_sp, generator=gen, device=device)
-        pool.store_dense(dense_slots, blocks[~flat])
-        if n_sp:
-            sb = blocks[flat]
-            pool.store_sparse(sparse_slots, sb, element_mask(sb, operand))
-        index = torch.empty(n_total, dtype=torch.int32, device=device)
-        index[~flat] = encode_dense(dense_slots.int())
-        index[flat] = encode_sparse(sparse_slots.int())
+        pool, index = store_shuffled(operand, blocks, sparse, gen)
         index = index.view(batch, h_kv, nb)
         for b, s in enumerate(seq_lens):
             index[b, :, -(-s // 64):] = NO_BLOCK

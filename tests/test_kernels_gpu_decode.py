@@ -10,7 +10,7 @@ import math
 
 import pytest
 import torch
-from decode_cases import make_case, rel_err
+from kv_cases import make_case, rel_err
 
 from hs_kernels import attention as ref
 from hs_kernels import gpu

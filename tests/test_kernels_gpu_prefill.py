@@ -10,12 +10,12 @@ import math
 
 import pytest
 import torch
+from kv_cases import rel_err, store_shuffled
 
 from hs_kernels import attention as ref
 from hs_kernels import gpu
-from hs_kernels.format import NO_BLOCK, encode_dense, encode_sparse
+from hs_kernels.format import NO_BLOCK
 from hs_kernels.pool import BlockPool
-from hs_kernels.pruner import element_mask
 
 pytestmark = [
     pytest.mark.gpu,
@@ -30,36 +30,19 @@ def make_prefix(h_kv, d, prefix_len, p_k, p_v, dtype, gen):
     dev = "cuda"
     used = -(-prefix_len // 64)
     nb = used + 1
-    n_total = h_kv * used
     tail = prefix_len % 64
     pools, indexes = [], []
     for operand, p in (("k", p_k), ("v", p_v)):
         sparse = torch.rand(h_kv, used, generator=gen, device=dev) < p
-        n_sp = int(sparse.sum())
-        pool = BlockPool.allocate(operand, d, n_total - n_sp, n_sp, dtype, dev)
         blocks = torch.randn(h_kv, used, 64, d, generator=gen, device=dev).to(dtype)
         if tail:
             blocks[:, -1, tail:] = float("nan")
-        blocks = blocks.flatten(0, 1)
-        flat = sparse.flatten()
-        dense_slots = torch.randperm(n_total - n_sp, generator=gen, device=dev)
-        sparse_slots = torch.randperm(n_sp, generator=gen, device=dev)
-        pool.store_dense(dense_slots, blocks[~flat])
-        if n_sp:
-            sb = blocks[flat]
-            pool.store_sparse(sparse_slots, sb, element_mask(sb, operand))
+        pool, flat_index = store_shuffled(operand, blocks.flatten(0, 1), sparse.flatten(), gen)
         index = torch.full((h_kv, nb), NO_BLOCK, dtype=torch.int32, device=dev)
-        flat_index = torch.empty(n_total, dtype=torch.int32, device=dev)
-        flat_index[~flat] = encode_dense(dense_slots.int())
-        flat_index[flat] = encode_sparse(sparse_slots.int())
         index[:, :used] = flat_index.view(h_kv, used)
         pools.append(pool)
         indexes.append(index)
     return pools[0], pools[1], indexes[0], indexes[1]
-
-
-def rel_err(x, y):
-    return ((x.float() - y.float()).norm() / y.float().norm().clamp_min(1e-30)).item()
 
 
 CASES = [

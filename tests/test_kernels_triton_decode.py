@@ -32,7 +32,7 @@ CASES = [
 SCRIPT = r"""
 import json, math, sys, torch
 sys.path.insert(0, sys.argv[1])
-from decode_cases import make_case, rel_err
+from kv_cases import make_case, rel_err
 from hs_kernels import attention as ref, gpu
 
 results = []
