@@ -104,23 +104,30 @@ def test_prefill_matches_reference(case):
     assert (lse - l_ref).abs().max().item() < 1e-2 * max(1.0, l_ref.abs().max().item())
 
 
-def test_entry_point_matches_reference_and_falls_back():
-    """``prefill_attention`` has the reference's signature: kernel on CUDA bf16, reference on CPU."""
+def test_entry_point_matches_reference_and_falls_back(monkeypatch):
+    """``hs_kernels.prefill_attention`` (gpu's dispatcher) has the reference's signature: the kernel on
+    CUDA bf16, the reference for float32."""
+    import hs_kernels
     from hs_kernels import tl_prefill
 
+    launches = []
+    kernel_entry = tl_prefill.prefill_blocks
+    monkeypatch.setattr(tl_prefill, "prefill_blocks", lambda *a, **kw: launches.append(1) or kernel_entry(*a, **kw))
     gen = torch.Generator(device="cuda")
     gen.seed()
     k_pool, v_pool, k_index, v_index = make_prefix(8, 128, 390, 0.5, 0.5, torch.bfloat16, gen)
     q = torch.randn(70, 32, 128, generator=gen, device="cuda").to(torch.bfloat16)
     k = torch.randn(70, 8, 128, generator=gen, device="cuda").to(torch.bfloat16)
     v = torch.randn(70, 8, 128, generator=gen, device="cuda").to(torch.bfloat16)
-    out, lse = tl_prefill.prefill_attention(q, k, v, k_pool, v_pool, k_index, v_index, 390)
+    out, lse = hs_kernels.prefill_attention(q, k, v, k_pool, v_pool, k_index, v_index, 390)
+    assert launches == [1]
     o_ref, l_ref = ref.prefill_attention(q, k, v, k_pool, v_pool, k_index, v_index, 390)
     assert out.dtype == q.dtype and lse.dtype == torch.float32
     assert rel_err(out, o_ref) < 1e-2 and (lse - l_ref).abs().max().item() < 1e-2 * l_ref.abs().max().item()
     # float32 is not a kernel dtype: the reference answers, bit for bit
-    out32, lse32 = tl_prefill.prefill_attention(q.float(), k.float(), v.float(), *_as_float(k_pool, v_pool),
+    out32, lse32 = hs_kernels.prefill_attention(q.float(), k.float(), v.float(), *_as_float(k_pool, v_pool),
                                                 k_index, v_index, 390)
+    assert launches == [1]
     o32, l32 = ref.prefill_attention(q.float(), k.float(), v.float(), *_as_float(k_pool, v_pool), k_index, v_index, 390)
     assert torch.equal(out32, o32) and torch.equal(lse32, l32)
 
