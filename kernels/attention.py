@@ -187,8 +187,11 @@ def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Te
     nb = -(-tk // _KEY_BLOCK)
     pad = nb * _KEY_BLOCK - tk
     qf = (q.float() * scale).reshape(bt, h_kv, g, tq, d)
-    kf = F.pad(k.float(), (0, 0, 0, pad))
-    vf = F.pad(F.pad(v.float(), (0, 1), value=1.0), (0, 0, 0, pad))
+    kf = k.float() if not pad else torch.cat((k.float(), k.new_zeros(bt, h_kv, pad, d, dtype=torch.float32)), dim=2)
+    vf = torch.empty(bt, h_kv, nb * _KEY_BLOCK, d + 1, dtype=torch.float32, device=q.device)
+    vf[:, :, :tk, :d] = v
+    vf[:, :, :tk, d] = 1.0  # ones column: the block's softmax sum comes out of the same GEMM
+    vf[:, :, tk:] = 0.0
     mask = F.pad(allowed, (0, pad), value=False)
     out = torch.zeros(bt, h_kv, g, tq, d, dtype=torch.float32, device=q.device)
     lse = torch.full((bt, h_kv, g, tq), -math.inf, dtype=torch.float32, device=q.device)
