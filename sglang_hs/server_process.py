@@ -1,4 +1,5 @@
-"""A `python -m sglang_hs.launch_server` child process: start it, wait until it serves, stop it."""
+"""A `python -m sglang_hs.launch_server` (or stock `sglang.launch_server`) child process: start it,
+wait until it serves, stop it."""
 
 from __future__ import annotations
 
@@ -37,9 +38,10 @@ def call(url: str, payload: dict | None = None, timeout: float = 300):
 class ServerProcess:
     """Context manager around the launcher; `base` is its URL once entered."""
 
-    def __init__(self, args: list[str], env: dict, log_path: str, start_timeout_s: float = 600):
+    def __init__(self, args: list[str], env: dict, log_path: str, start_timeout_s: float = 600,
+                 module: str = "sglang_hs.launch_server"):
         self.port = free_port()
-        self.cmd = [sys.executable, "-m", "sglang_hs.launch_server", *args, "--port", str(self.port)]
+        self.cmd = [sys.executable, "-m", module, *args, "--port", str(self.port)]
         self.env, self.log_path, self.start_timeout_s = env, log_path, start_timeout_s
         self.base = f"http://127.0.0.1:{self.port}"
 

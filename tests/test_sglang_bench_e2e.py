@@ -1,0 +1,34 @@
+"""CPU: the end-to-end benchmark's synthetic checkpoint is one the hs extension accepts, and its
+report computes the ratios from the measured runs (the measurement itself runs on the GPU machine)."""
+
+import pytest
+
+pytest.importorskip("sglang")
+
+from sglang_hs.bench_e2e import LLAMA_31_8B, markdown, write_shape_checkpoint  # noqa: E402
+from sglang_hs.settings import resolve  # noqa: E402
+
+
+def test_shape_checkpoint_is_a_prepared_llama_8b(tmp_path):
+    model = write_shape_checkpoint(tmp_path / "m", LLAMA_31_8B, retrieval_ratio=0.5)
+    settings = resolve(str(model), hs_args={})
+    assert len(settings.layers) == 32 and settings.num_kv_heads == 8
+    assert all(g.retrieval == (0, 1, 2, 3) and g.streaming == (4, 5, 6, 7) for g in settings.layers)
+    assert settings.recipe == "llama"
+
+
+def test_report_ratios():
+    run = lambda ctx, b, ttft, tpot, tps: {"context": ctx, "batch": b, "ttft_s": ttft, "tpot_s": tpot, "tokens_per_s": tps}  # noqa: E731
+    res = {"model": "m", "stock_backend": "triton", "output_tokens": 32, "prefix_tokens": 1000, "mem_fraction": 0.8,
+           "date": "d", "device_name": "gpu", "command": "c",
+           "stock": {"runs": [run(64, 1, 0.5, 0.020, 50.0), {"context": 128, "batch": 1, "error": "RuntimeError: too long"}],
+                     "prefix": {"cold_ttft_s": 2.0, "cached_ttft_s": 0.1, "cached_tokens": [1000]},
+                     "kv": {"capacity_tokens": 1000, "kv_bytes_per_token": 4096}},
+           "hs": {"runs": [run(64, 1, 0.4, 0.010, 100.0), run(128, 1, 0.8, 0.012, 80.0)],
+                  "prefix": {"cold_ttft_s": 1.0, "cached_ttft_s": 0.05, "cached_tokens": [960]},
+                  "kv": {"capacity_tokens": 3500, "kv_bytes_per_token": 1170}}}
+    text = markdown(res)
+    assert "| 64 | 1 | 0.500 | 0.400 | 20.00 | 10.00 | 2.00 | 50.0 | 100.0 |" in text
+    assert "| 128 | 1 | RuntimeError: too long | 0.800 |" in text
+    assert "| stock | 1000 | 2.000 | 0.100 | 0.050 | [1000] | 4096 | 1000 |" in text
+    assert "KV capacity hs / stock at --mem-fraction-static 0.8: 3.50x" in text
