@@ -101,9 +101,10 @@ def decode_attention(q: torch.Tensor, k_pool: BlockPool, v_pool: BlockPool,
 
 
 def triton_decode(q, k_pool, v_pool, k_index, v_index, seq_lens, scale: float, splits: int,
-                  num_warps: int = 2, num_stages: int = 2, parts=None, prmt: bool = True):
+                  num_warps: int = 2, num_stages: int = 2, parts=None):
     """Launch the Triton decode (+ combine) on checked inputs. Also runs under Triton's CPU
-    interpreter (``TRITON_INTERPRET=1``, CPU tensors), which is how CI tests the kernel.
+    interpreter (``TRITON_INTERPRET=1``, CPU tensors), which is how CI tests the kernel (there with
+    the select form of the 2:4 unpack: the interpreter cannot run PTX).
     ``parts``: optional per-split workspace ``(o_part [B, H_q, splits, D], lse_part [B, H_q, splits])``
     float32 (tests pass poisoned buffers to see that every element is written)."""
     from . import triton_decode as td
@@ -119,7 +120,7 @@ def triton_decode(q, k_pool, v_pool, k_index, v_index, seq_lens, scale: float, s
         k_index.contiguous(), v_index.contiguous(), seq_lens.to(torch.int32).contiguous(),
         o_part, lse_part, scale * td.LOG2E, max_blocks, splits,
         H_KV=h_kv, G=g, BLOCK_H=max(16, _next_pow2(g)), D=d,
-        K_MODE=_pool_kinds(k_pool), V_MODE=_pool_kinds(v_pool), PRMT=prmt and q.is_cuda,
+        K_MODE=_pool_kinds(k_pool), V_MODE=_pool_kinds(v_pool), PRMT=q.is_cuda,
         num_warps=num_warps, num_stages=num_stages)
     if splits == 1:
         return o_part[:, :, 0].to(q.dtype), lse_part[:, :, 0]

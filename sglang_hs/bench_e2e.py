@@ -28,7 +28,7 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from .server_process import ServerProcess, call
+from .server_process import ServerProcess, call, flush_cache
 
 LLAMA_31_8B = {
     "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336,
@@ -79,17 +79,8 @@ def stream_one(url: str, ids: list[int], new_tokens: int) -> dict:
             "cached_tokens": meta.get("cached_tokens", 0)}
 
 
-def flush(url: str, timeout_s: float = 120) -> None:
-    """SGLang answers 400 while a finished request is still being released: retry."""
-    deadline = time.monotonic() + timeout_s
-    while call(url + "/flush_cache", {}, 60)[0] != 200:
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{url}: the radix cache could not be flushed within {timeout_s:.0f} s")
-        time.sleep(0.5)
-
-
 def batch_run(url: str, prompts: list[list[int]], new_tokens: int) -> dict:
-    flush(url)
+    flush_cache(url)
     t0 = time.perf_counter()
     with ThreadPoolExecutor(len(prompts)) as ex:
         runs = list(ex.map(lambda ids: stream_one(url, ids, new_tokens), prompts))
@@ -99,7 +90,7 @@ def batch_run(url: str, prompts: list[list[int]], new_tokens: int) -> dict:
 
 
 def prefix_run(url: str, prefix: list[int], questions: list[list[int]], new_tokens: int) -> dict:
-    flush(url)
+    flush_cache(url)
     cold = stream_one(url, prefix + questions[0], new_tokens)
     cached = [stream_one(url, prefix + q, new_tokens) for q in questions[1:]]
     return {"cold_ttft_s": cold["ttft_s"], "cached_ttft_s": statistics.mean(r["ttft_s"] for r in cached),

@@ -35,6 +35,24 @@ def call(url: str, payload: dict | None = None, timeout: float = 300):
         return status, body
 
 
+def flush_cache(base: str, timeout_s: float = 120.0) -> None:
+    """Empty the radix cache of the server at ``base``. SGLang answers 400 while a just-answered request
+    is still being released, so retry; a server without /flush_cache (404/405) has nothing to flush.
+    RuntimeError if it is still refused after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            status, body = call(base + "/flush_cache", {}, 60)
+        except (urllib.error.URLError, ConnectionError, TimeoutError) as e:
+            status, body = None, getattr(e, "reason", e)
+        if status in (200, 404, 405):
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"could not flush the prefix cache of {base} within {timeout_s:.0f}s: "
+                               f"HTTP {status}: {str(body)[:300]}")
+        time.sleep(0.5)
+
+
 class ServerProcess:
     """Context manager around the launcher; `base` is its URL once entered."""
 

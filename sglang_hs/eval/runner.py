@@ -75,19 +75,13 @@ class HTTPClient:
         return info
 
     def flush(self, timeout: float = 120.0) -> None:
-        """Empty the server's prefix cache. SGLang refuses (HTTP 400) while a just-answered request is still
-        being released, so retry; a server without /flush_cache (404/405) has nothing to flush."""
-        deadline = time.time() + timeout
-        while True:
-            try:
-                _post(self.url + "/flush_cache", {}, 60)
-                return
-            except EvalError as e:
-                if "HTTP 404" in str(e) or "HTTP 405" in str(e):
-                    return
-                if time.time() > deadline:
-                    raise EvalError(f"could not flush the prefix cache within {timeout:.0f}s: {e}") from None
-            time.sleep(1.0)
+        """Empty the server's prefix cache (``server_process.flush_cache``: retried while SGLang refuses)."""
+        from ..server_process import flush_cache
+
+        try:
+            flush_cache(self.url, timeout)
+        except RuntimeError as e:
+            raise EvalError(str(e)) from None
 
     def _one(self, job: tuple) -> dict:
         ids, messages, prefix, max_tokens = job
