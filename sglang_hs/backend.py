@@ -112,6 +112,20 @@ class HSAttnBackend(AttentionBackend):
         rows = self.pool.stream_rows(locs[pos])
         return store.stream_k[rows], store.stream_v[rows], pos
 
+    def _stream_decode_keys(self, store: LayerStore, rows: torch.Tensor, seq_lens: torch.Tensor):
+        """``_stream_keys(n - 1, n)`` for every sequence of a decode batch at once, padded to one
+        length with empty keys (position -1) after each sequence's own: a key keeps its index, so a
+        sequence's result does not depend on the batch."""
+        sink = -(-self.settings.sink_tokens // BLOCK_SIZE) * BLOCK_SIZE
+        span = sink + -(-(self.settings.window_tokens + BLOCK_SIZE - 1) // BLOCK_SIZE) * BLOCK_SIZE
+        start = ((seq_lens - self.settings.window_tokens) // BLOCK_SIZE * BLOCK_SIZE).clamp(min=sink)[:, None]
+        j = torch.arange(span, device=seq_lens.device)
+        pos = torch.where(j < sink, j, start + j - sink)
+        valid = pos < seq_lens[:, None]
+        locs = self.req_to_token_pool.req_to_token[rows[:, None], torch.where(valid, pos, 0)].long()
+        idx = self.pool.stream_rows(locs)
+        return store.stream_k[idx], store.stream_v[idx], torch.where(valid, pos, -1)
+
     # ---- forward ----
 
     def _begin(self, q, k, v, layer, forward_batch, save_kv_cache):
@@ -170,14 +184,11 @@ class HSAttnBackend(AttentionBackend):
             out, _ = decode_attention(q_[:, heads_r], store.pools["k"], store.pools["v"], k_idx, v_idx, seq_lens, layer.scaling)
             o[:, heads_r] = out
         if store.n_s:
-            for b in range(len(seq_lens)):
-                n = int(seq_lens[b])
-                locs = req_to_token[rows[b], :n].long()
-                ks, vs, kpos = self._stream_keys(store, locs, n - 1, n)
-                out, _ = streaming_attention(q_[b:b + 1, None, heads_s], torch.tensor([[n - 1]]), ks[None].to(q.dtype),
-                                             vs[None].to(q.dtype), kpos[None], self.settings.sink_tokens,
-                                             self.settings.window_tokens, layer.scaling)
-                o[b, heads_s] = out[0, 0]
+            ks, vs, kpos = self._stream_decode_keys(store, rows, seq_lens.to(self.device))
+            out, _ = streaming_attention(q_[:, None, heads_s], kpos.new_tensor(seq_lens - 1)[:, None], ks.to(q.dtype),
+                                         vs.to(q.dtype), kpos, self.settings.sink_tokens, self.settings.window_tokens,
+                                         layer.scaling)
+            o[:, heads_s] = out[:, 0]
         return o.view(-1, layer.tp_q_head_num * d)
 
     def support_triton(self):
