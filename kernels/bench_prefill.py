@@ -1,9 +1,17 @@
-"""Prefill benchmark on the GPU: cuDNN / SDPA flash vs the TileLang Trans-Both kernel (``tl_prefill``).
+"""Prefill benchmark on the GPU: cuDNN / SDPA flash vs our Triton kernel (``triton_prefill``, the
+serving path) and the TileLang Trans-Both kernel (``tl_prefill``, sparse tensor cores).
 
-    python -m hs_kernels.bench_prefill [--tokens 32768] [--variants 128:mn:128,64:mn:128] [--prebuild]
+    python -m hs_kernels.bench_prefill [--tokens 32768] [--chunk 8192] [--triton-configs 128:8:2,64:4:2]
+        [--variants 128:mn:128,64:mn:128] [--no-tilelang] [--prebuild]
 
-One sequence of ``--tokens`` tokens prefilled in one chunk (prefix_len = 0), causal, Llama-3.1-8B
-attention shapes (32 query heads, 8 KV heads, d 128, bf16). Ours: the chunk's own full tiles
+Triton rows: the sequence prefilled in chunks of ``--chunk`` tokens, as SGLang's chunked prefill
+runs it, each chunk against the previous chunks stored in the pools with block sparsity S_K / S_V
+(blocks chosen at random, 2:4 by magnitude); the times of all chunks are summed, so the causal work
+is that of the one-shot prefill. "one shot" is the whole sequence as one chunk (dense, no pools).
+"mixed kernel" rows use pools holding both slot kinds (the kernel's per-block path) even at S = 0.
+
+TileLang rows: one sequence of ``--tokens`` tokens prefilled in one chunk (prefix_len = 0). Shapes
+everywhere: Llama-3.1-8B attention (32 query heads, 8 KV heads, d 128, bf16), causal. Ours: the chunk's own full tiles
 compressed first (``tl_prefill.compress_chunk``, magnitude 2:4 via the fused compressor) at the
 given S_K / S_V (S = 0: every tile dense, straight from k/v). Effective TFLOP/s counts the dense
 causal work for every row: 4 * T^2 / 2 * H_q * D (two GEMMs, 2 FLOP per multiply-add, half the
@@ -100,11 +108,10 @@ def prebuild(variants, workers: int) -> None:
             print(line, flush=True)
 
 
-def bench(tokens: int, variants) -> list[tuple]:
+def bench(tokens: int, variants, chunk: int, triton_configs, tilelang: bool) -> list[tuple]:
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.nn.functional import scaled_dot_product_attention as sdpa
 
-    from hs_kernels import tl_prefill as P
     from hs_kernels.pool import BlockPool
 
     torch.manual_seed(0)
@@ -139,14 +146,19 @@ def bench(tokens: int, variants) -> list[tuple]:
     with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
         ref_out = sdpa(qb, kb, vb, is_causal=True, enable_gqa=True)[0].transpose(0, 1)
 
+    bench_triton(q, k, v, chunk, triton_configs, add, ref_out)
+    if not tilelang:
+        return rows
+    from hs_kernels import tl_prefill as P
+
     k_pool = BlockPool.allocate("k", D, 0, 0, torch.bfloat16, dev)
     v_pool = BlockPool.allocate("v", D, 0, 0, torch.bfloat16, dev)
     idx = torch.zeros((H_KV, 1), dtype=torch.int32, device=dev)
     for rows_n, p_major, threads in variants:
         tag = f"[{rows_n} rows, {threads} thr, P^T {p_major}]"
         for sk, sv in BENCH_S:
-            chunk = None if (sk, sv) == (0, 0) else P.compress_chunk(k, v, sk, sv)
-            run = lambda: P.prefill_blocks(q, k, v, k_pool, v_pool, idx, idx, 0, chunk=chunk,  # noqa: E731
+            compressed = None if (sk, sv) == (0, 0) else P.compress_chunk(k, v, sk, sv)
+            run = lambda: P.prefill_blocks(q, k, v, k_pool, v_pool, idx, idx, 0, chunk=compressed,  # noqa: E731
                                            modes=("dense", "dense"), rows=rows_n, p_major=p_major,
                                            threads=threads)
             try:
@@ -159,7 +171,7 @@ def bench(tokens: int, variants) -> list[tuple]:
                 add(f"ours S_K={sk} S_V={sv} {tag}", ms, note)
             except Exception as e:
                 print(f"  ours S_K={sk} S_V={sv} {tag}: FAILED {type(e).__name__}: {str(e)[-500:]}", flush=True)
-            del chunk
+            del compressed
     # compression of the chunk's K and V (both operands, every full tile), for the cost ratio
     from hs_kernels import gpu
     blocks = k[: t // 64 * 64].view(t // 64, 64, H_KV, D).permute(2, 0, 1, 3).reshape(-1, 64, D).contiguous()
@@ -170,11 +182,66 @@ def bench(tokens: int, variants) -> list[tuple]:
     return rows
 
 
+def _pools_at(x: torch.Tensor, operand: str, s: float, both_kinds: bool, gen: torch.Generator):
+    """A pool holding the blocks of ``x [T, H_kv, D]`` (T a multiple of 64), a random fraction ``s``
+    of them 2:4-compressed, and its ``[H_kv, T / 64]`` index map."""
+    from hs_kernels.format import encode_dense, encode_sparse
+    from hs_kernels.pool import BlockPool
+    from hs_kernels.pruner import element_mask
+
+    blocks = x.view(-1, 64, H_KV, D).permute(2, 0, 1, 3).reshape(-1, 64, D)
+    sparse = torch.rand(blocks.shape[0], generator=gen, device=x.device) < s
+    n_sp = int(sparse.sum())
+    pool = BlockPool.allocate(operand, D, blocks.shape[0] - n_sp + both_kinds, n_sp + both_kinds, x.dtype, x.device)
+    dense_slots = torch.arange(blocks.shape[0] - n_sp, device=x.device)
+    sparse_slots = torch.arange(n_sp, device=x.device)
+    pool.store_dense(dense_slots, blocks[~sparse])
+    if n_sp:
+        pool.store_sparse(sparse_slots, blocks[sparse], element_mask(blocks[sparse], operand))
+    index = torch.empty(blocks.shape[0], dtype=torch.int32, device=x.device)
+    index[~sparse] = encode_dense(dense_slots.int())
+    index[sparse] = encode_sparse(sparse_slots.int())
+    return pool, index.view(H_KV, -1)
+
+
+def bench_triton(q, k, v, chunk: int, configs, add, ref_out) -> None:
+    from hs_kernels import gpu
+    from hs_kernels.pool import BlockPool
+
+    t = q.shape[0]
+    gen = torch.Generator(device=q.device)
+    gen.manual_seed(0)
+    empty = [BlockPool.allocate(op, D, 0, 0, q.dtype, q.device) for op in ("k", "v")]
+    none = torch.zeros((H_KV, 0), dtype=torch.int32, device=q.device)
+    for block_m, warps, stages in configs:
+        tag = f"[{block_m} rows, {warps} warps, {stages} stages]"
+        opts = dict(block_m=block_m, num_warps=warps, num_stages=stages)
+        one = lambda: gpu.prefill_attention(q, k, v, *empty, none, none, 0, **opts)  # noqa: E731
+        out, _ = one()
+        err = ((out.float() - ref_out.float()).norm() / ref_out.float().norm()).item()
+        add(f"Triton one shot, dense {tag}", timeit(one), f"rel.err vs cuDNN {err:.1e}")
+        for (sk, sv), both in (((0, 0), False), ((0, 0), True), *((s, True) for s in BENCH_S[1:])):
+            (k_pool, k_idx), (v_pool, v_idx) = _pools_at(k, "k", sk, both, gen), _pools_at(v, "v", sv, both, gen)
+
+            def chunked():
+                for c0 in range(0, t, chunk):
+                    c1 = min(t, c0 + chunk)
+                    gpu.prefill_attention(q[c0:c1], k[c0:c1], v[c0:c1], k_pool, v_pool, k_idx[:, :c0 // 64],
+                                          v_idx[:, :c0 // 64], c0, **opts)
+
+            kind = "mixed kernel" if both else "dense kernel"
+            add(f"Triton chunked {chunk}, S_K={sk} S_V={sv}, {kind} {tag}", timeit(chunked))
+            del k_pool, v_pool
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--tokens", type=int, default=32768)
     ap.add_argument("--variants", default="128:mn:128,128:mn:256,64:mn:128",
                     help="rows:p_major:threads list (p_major mn or k)")
+    ap.add_argument("--chunk", type=int, default=8192, help="Triton rows: chunked-prefill chunk (a multiple of 64)")
+    ap.add_argument("--triton-configs", default="128:8:2,128:8:3,64:4:2", help="block_m:num_warps:num_stages list")
+    ap.add_argument("--no-tilelang", action="store_true", help="skip the TileLang rows (and compression)")
     ap.add_argument("--prebuild", action="store_true")
     ap.add_argument("--workers", type=int, default=min(16, os.cpu_count() or 1))
     a = ap.parse_args(argv)
@@ -184,7 +251,8 @@ def main(argv=None):
         return
     print(f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}; T={a.tokens} causal, "
           f"{H_Q}/{H_KV} heads, d {D}, bf16; FLOPs = 4*T^2/2*H_q*D = {flops(a.tokens) / 1e12:.2f} T", flush=True)
-    rows = bench(a.tokens, variants)
+    configs = [tuple(int(y) for y in x.split(":")) for x in a.triton_configs.split(",") if x]
+    rows = bench(a.tokens, variants, a.chunk, configs, not a.no_tilelang)
     cudnn = next((r[1] for r in rows if r[0].startswith("cuDNN")), math.nan)
     print("\n| kernel | ms | eff. TFLOP/s | vs cuDNN | of 790 dense | note |\n|---|---|---|---|---|---|")
     for name, ms, tf, note in rows:

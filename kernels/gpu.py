@@ -72,7 +72,7 @@ def _nonempty(x: torch.Tensor) -> torch.Tensor:
 
 def _pool_kinds(pool: BlockPool) -> int:
     """Which loads the kernel needs for this pool: dense (1), sparse (2) or both (3)."""
-    from .triton_decode import DENSE, SPARSE
+    from .triton_blocks import DENSE, SPARSE
 
     return (DENSE if pool.dense.shape[0] else 0) | (SPARSE if pool.values.shape[0] else 0) or DENSE
 
@@ -108,6 +108,7 @@ def triton_decode(q, k_pool, v_pool, k_index, v_index, seq_lens, scale: float, s
     ``parts``: optional per-split workspace ``(o_part [B, H_q, splits, D], lse_part [B, H_q, splits])``
     float32 (tests pass poisoned buffers to see that every element is written)."""
     from . import triton_decode as td
+    from .triton_blocks import LOG2E
 
     batch, h_q, d = q.shape
     h_kv, max_blocks = k_index.shape[1], k_index.shape[2]
@@ -118,7 +119,7 @@ def triton_decode(q, k_pool, v_pool, k_index, v_index, seq_lens, scale: float, s
         q.contiguous(), _nonempty(k_pool.dense), _nonempty(k_pool.values), _nonempty(k_pool.meta),
         _nonempty(v_pool.dense), _nonempty(v_pool.values), _nonempty(v_pool.meta),
         k_index.contiguous(), v_index.contiguous(), seq_lens.to(torch.int32).contiguous(),
-        o_part, lse_part, scale * td.LOG2E, max_blocks, splits,
+        o_part, lse_part, scale * LOG2E, max_blocks, splits,
         H_KV=h_kv, G=g, BLOCK_H=max(16, _next_pow2(g)), D=d,
         K_MODE=_pool_kinds(k_pool), V_MODE=_pool_kinds(v_pool), PRMT=q.is_cuda,
         num_warps=num_warps, num_stages=num_stages)
@@ -130,16 +131,61 @@ def triton_decode(q, k_pool, v_pool, k_index, v_index, seq_lens, scale: float, s
     return out, lse
 
 
+def prefill_supported(q: torch.Tensor, k: torch.Tensor, k_pool: BlockPool, v_pool: BlockPool) -> bool:
+    """Whether ``prefill_attention`` runs the GPU kernel for these inputs (else the reference)."""
+    return (
+        triton_available() and q.is_cuda and q.dim() == 3 and q.dtype in _DTYPES and q.shape[0] > 0
+        and isinstance(k_pool, BlockPool) and isinstance(v_pool, BlockPool)
+        and k_pool.dtype == q.dtype and v_pool.dtype == q.dtype and k_pool.dense.is_cuda
+        and q.shape[-1] in _DECODE_HEAD_DIMS and k.dim() == 3 and k.shape[1] >= 1
+        and q.shape[1] % k.shape[1] == 0
+    )
+
+
 def prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                       k_pool: BlockPool, v_pool: BlockPool, k_index: torch.Tensor, v_index: torch.Tensor,
-                      prefix_len: int, sm_scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """``hs_kernels.attention.prefill_attention`` on the TileLang kernel (``tl_prefill``) where it
-    applies (CUDA, float16/bfloat16, head_dim 64/128, tilelang installed), else the reference."""
-    if not (tilelang_available() and q.is_cuda):
+                      prefix_len: int, sm_scale: float | None = None, block_m: int = 128, num_warps: int = 8,
+                      num_stages: int = 2) -> tuple[torch.Tensor, torch.Tensor]:
+    """``hs_kernels.attention.prefill_attention`` on the Triton kernel (``triton_prefill``) where
+    supported (CUDA float16/bfloat16, head_dim 64/128/256), else the reference. ``block_m`` (query
+    rows per program, 64 or 128), ``num_warps`` and ``num_stages`` are launch options.
+    No bounds check of the used index entries against the pools on the GPU path (the reference raises)."""
+    if not prefill_supported(q, k, k_pool, v_pool):
         return _ref.prefill_attention(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len, sm_scale)
-    from . import tl_prefill
+    t, h_q, d = q.shape
+    h_kv, nb = _ref._check_index_pair(k_index, v_index, (None, None))
+    for name, x in (("k", k), ("v", v)):
+        _ref.check_shape(x, (t, h_kv, d), name)
+    _ref._check_pools(k_pool, v_pool, d)
+    _ref._check_gqa(h_q, h_kv)
+    if not isinstance(prefix_len, int) or not 0 <= prefix_len <= nb * BLOCK_SIZE:
+        raise ValueError(f"prefix_len must be an int in [0, {nb * BLOCK_SIZE}], got {prefix_len!r}")
+    return triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len, _ref._scale(sm_scale, q),
+                          block_m, num_warps, num_stages)
 
-    return tl_prefill.prefill_attention(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len, sm_scale)
+
+def triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len: int, scale: float,
+                   block_m: int = 128, num_warps: int = 8, num_stages: int = 2, out=None, lse=None):
+    """Launch the Triton prefill on checked inputs (also under Triton's CPU interpreter, as
+    ``triton_decode``). ``out [T, H_q, D]`` / ``lse [T, H_q]`` float32: optional output buffers
+    (tests pass poisoned ones to see that every element is written)."""
+    from . import triton_prefill as tp
+    from .triton_blocks import LOG2E
+
+    t, h_q, d = q.shape
+    h_kv, nb = k_index.shape
+    out = torch.empty_like(q) if out is None else out
+    lse = torch.empty(t, h_q, dtype=torch.float32, device=q.device) if lse is None else lse
+    if nb == 0:  # no prefix: a pointer is still needed
+        k_index = v_index = torch.zeros(h_kv, 1, dtype=torch.int32, device=q.device)
+    tp.prefill_kernel[(-(-t // block_m), h_q)](
+        q.contiguous(), k.contiguous(), v.contiguous(),
+        _nonempty(k_pool.dense), _nonempty(k_pool.values), _nonempty(k_pool.meta),
+        _nonempty(v_pool.dense), _nonempty(v_pool.values), _nonempty(v_pool.meta),
+        k_index.contiguous(), v_index.contiguous(), out, lse, scale * LOG2E, t, prefix_len, max(nb, 1),
+        H_KV=h_kv, G=h_q // h_kv, D=d, BLOCK_M=block_m, K_MODE=_pool_kinds(k_pool), V_MODE=_pool_kinds(v_pool),
+        PRMT=q.is_cuda, num_warps=num_warps, num_stages=num_stages)
+    return out, lse
 
 
 def _next_pow2(n: int) -> int:

@@ -95,10 +95,10 @@ class HSAttnBackend(AttentionBackend):
         full[prefix_len:] = x
         blocks = to_blocks(full)  # [n_r, nb, 64, D]
         mask = element_mask(blocks, op)
-        new = torch.arange(blocks.shape[1]) * BLOCK_SIZE >= prefix_len  # blocks wholly in this chunk
-        loss = torch.where(new, block_loss(blocks, mask), torch.full((), math.inf))
+        new = torch.arange(blocks.shape[1], device=x.device) * BLOCK_SIZE >= prefix_len  # blocks wholly in this chunk
+        loss = torch.where(new, block_loss(blocks, mask), torch.full((), math.inf, device=x.device))
         sparse = select_sparse_blocks(loss, seq_len, s, cfg.sink_tokens, cfg.window_tokens) & new
-        blocks = torch.where(sparse[..., None, None] & ~mask, torch.zeros((), dtype=x.dtype), blocks)
+        blocks = torch.where(sparse[..., None, None] & ~mask, torch.zeros((), dtype=x.dtype, device=x.device), blocks)
         return blocks.permute(1, 2, 0, 3).reshape(-1, *x.shape[1:])[prefix_len:seq_len]
 
     def _stream_keys(self, store: LayerStore, locs: torch.Tensor, first_q: int, seq_len: int):
@@ -108,7 +108,7 @@ class HSAttnBackend(AttentionBackend):
         the extra keys are masked, and their pages are stored: sink page, window page)."""
         sink = min(-(-self.settings.sink_tokens // BLOCK_SIZE) * BLOCK_SIZE, seq_len)
         start = max(sink, (first_q - self.settings.window_tokens + 1) // BLOCK_SIZE * BLOCK_SIZE)
-        pos = torch.cat((torch.arange(sink), torch.arange(start, seq_len)))
+        pos = torch.cat((torch.arange(sink, device=locs.device), torch.arange(start, seq_len, device=locs.device)))
         rows = self.pool.stream_rows(locs[pos])
         return store.stream_k[rows], store.stream_v[rows], pos
 
@@ -162,7 +162,7 @@ class HSAttnBackend(AttentionBackend):
                 o[start:start + t, heads_r] = out
             if store.n_s:
                 ks, vs, kpos = self._stream_keys(store, locs, p, n)
-                qpos = torch.arange(p, n)
+                qpos = torch.arange(p, n, device=q.device)
                 out, _ = streaming_attention(qi[None, :, heads_s], qpos[None], ks[None].to(q.dtype), vs[None].to(q.dtype),
                                              kpos[None], self.settings.sink_tokens, self.settings.window_tokens, layer.scaling)
                 o[start:start + t, heads_s] = out[0]

@@ -42,5 +42,26 @@ def make_case(batch, h_kv, d, seq_lens, p_sparse_k, p_sparse_v, dtype, gen, devi
     return pools[0], pools[1], indexes[0], indexes[1], torch.tensor(seq_lens, device=device, dtype=torch.int32)
 
 
+def make_prefix(h_kv, d, prefix_len, p_k, p_v, dtype, gen, dev="cuda"):
+    """Pools + [H_kv, nb] index maps for a prefix: each (head, block) dense or sparse with
+    probability p (p = 0 / 1 exactly all dense / all sparse), slots shuffled, one spare NO_BLOCK
+    column, NaN in the rows past the prefix of its last block."""
+    used = -(-prefix_len // 64)
+    nb = used + 1
+    tail = prefix_len % 64
+    pools, indexes = [], []
+    for operand, p in (("k", p_k), ("v", p_v)):
+        sparse = torch.rand(h_kv, used, generator=gen, device=dev) < p
+        blocks = torch.randn(h_kv, used, 64, d, generator=gen, device=dev).to(dtype)
+        if tail:
+            blocks[:, -1, tail:] = float("nan")
+        pool, flat_index = store_shuffled(operand, blocks.flatten(0, 1), sparse.flatten(), gen)
+        index = torch.full((h_kv, nb), NO_BLOCK, dtype=torch.int32, device=dev)
+        index[:, :used] = flat_index.view(h_kv, used)
+        pools.append(pool)
+        indexes.append(index)
+    return pools[0], pools[1], indexes[0], indexes[1]
+
+
 def rel_err(x, y):
     return ((x.float() - y.float()).norm() / y.float().norm().clamp_min(1e-30)).item()

@@ -1,4 +1,4 @@
-"""GPU: TileLang prefill kernel (Trans-Both) vs the PyTorch reference, mixed dense/sparse prefixes.
+"""GPU: TileLang prefill kernel (Trans-Both, sparse tensor cores; benchmarked, not the serving path) vs the PyTorch reference, mixed dense/sparse prefixes.
 
 Fresh random inputs every run; out and lse are poisoned with NaN before each launch and checked
 fully written; the rows past the prefix in its last block are NaN in the pools (they must be
@@ -10,39 +10,15 @@ import math
 
 import pytest
 import torch
-from kv_cases import rel_err, store_shuffled
+from kv_cases import make_prefix, rel_err
 
 from hs_kernels import attention as ref
 from hs_kernels import gpu
-from hs_kernels.format import NO_BLOCK
-from hs_kernels.pool import BlockPool
 
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not gpu.tilelang_available(), reason="needs CUDA and tilelang"),
 ]
-
-
-def make_prefix(h_kv, d, prefix_len, p_k, p_v, dtype, gen):
-    """Pools + [H_kv, nb] index maps for a prefix: each (head, block) dense or sparse with
-    probability p (p = 0 / 1 exactly all dense / all sparse), slots shuffled, one spare NO_BLOCK
-    column, NaN in the rows past the prefix of its last block."""
-    dev = "cuda"
-    used = -(-prefix_len // 64)
-    nb = used + 1
-    tail = prefix_len % 64
-    pools, indexes = [], []
-    for operand, p in (("k", p_k), ("v", p_v)):
-        sparse = torch.rand(h_kv, used, generator=gen, device=dev) < p
-        blocks = torch.randn(h_kv, used, 64, d, generator=gen, device=dev).to(dtype)
-        if tail:
-            blocks[:, -1, tail:] = float("nan")
-        pool, flat_index = store_shuffled(operand, blocks.flatten(0, 1), sparse.flatten(), gen)
-        index = torch.full((h_kv, nb), NO_BLOCK, dtype=torch.int32, device=dev)
-        index[:, :used] = flat_index.view(h_kv, used)
-        pools.append(pool)
-        indexes.append(index)
-    return pools[0], pools[1], indexes[0], indexes[1]
 
 
 CASES = [
@@ -102,35 +78,3 @@ def test_prefill_matches_reference(case):
     assert not torch.isnan(lse).any(), "lse not fully written"
     assert rel_err(out, o_ref) < 1e-2
     assert (lse - l_ref).abs().max().item() < 1e-2 * max(1.0, l_ref.abs().max().item())
-
-
-def test_entry_point_matches_reference_and_falls_back(monkeypatch):
-    """``hs_kernels.prefill_attention`` (gpu's dispatcher) has the reference's signature: the kernel on
-    CUDA bf16, the reference for float32."""
-    import hs_kernels
-    from hs_kernels import tl_prefill
-
-    launches = []
-    kernel_entry = tl_prefill.prefill_blocks
-    monkeypatch.setattr(tl_prefill, "prefill_blocks", lambda *a, **kw: launches.append(1) or kernel_entry(*a, **kw))
-    gen = torch.Generator(device="cuda")
-    gen.seed()
-    k_pool, v_pool, k_index, v_index = make_prefix(8, 128, 390, 0.5, 0.5, torch.bfloat16, gen)
-    q = torch.randn(70, 32, 128, generator=gen, device="cuda").to(torch.bfloat16)
-    k = torch.randn(70, 8, 128, generator=gen, device="cuda").to(torch.bfloat16)
-    v = torch.randn(70, 8, 128, generator=gen, device="cuda").to(torch.bfloat16)
-    out, lse = hs_kernels.prefill_attention(q, k, v, k_pool, v_pool, k_index, v_index, 390)
-    assert launches == [1]
-    o_ref, l_ref = ref.prefill_attention(q, k, v, k_pool, v_pool, k_index, v_index, 390)
-    assert out.dtype == q.dtype and lse.dtype == torch.float32
-    assert rel_err(out, o_ref) < 1e-2 and (lse - l_ref).abs().max().item() < 1e-2 * l_ref.abs().max().item()
-    # float32 is not a kernel dtype: the reference answers, bit for bit
-    out32, lse32 = hs_kernels.prefill_attention(q.float(), k.float(), v.float(), *_as_float(k_pool, v_pool),
-                                                k_index, v_index, 390)
-    assert launches == [1]
-    o32, l32 = ref.prefill_attention(q.float(), k.float(), v.float(), *_as_float(k_pool, v_pool), k_index, v_index, 390)
-    assert torch.equal(out32, o32) and torch.equal(lse32, l32)
-
-
-def _as_float(*pools):
-    return [BlockPool(p.operand, p.dense.float(), p.values.float(), p.meta) for p in pools]

@@ -1,0 +1,119 @@
+"""Triton prefill kernel: a query chunk against its cached prefix of mixed dense/2:4-sparse blocks
+plus the chunk itself, causal.
+
+Same semantics as ``hs_kernels.attention.prefill_attention`` (the oracle). Program ``(query tile,
+query head)``, heavy (late) tiles first; online softmax in base 2 over three key loops:
+  * the prefix blocks through the index maps (each entry's dense or sparse copy, as in decode:
+    both issued, masked by the entry's sign, so no load sits in a branch; sparse blocks unpacked
+    in registers), keys past ``prefix_len`` masked and their V rows read as zeros;
+  * the chunk's key tiles strictly below the diagonal (no mask);
+  * the diagonal tiles (causal mask).
+The chunk's own keys come dense from ``k``/``v`` (the serving backend passes them already pruned).
+``K_MODE`` / ``V_MODE`` (1 dense, 2 sparse, 3 both) compile out the loads a pool cannot need.
+"""
+
+import triton
+import triton.language as tl
+
+from .triton_blocks import _DENSE, _LN2, BS, load_block
+
+
+@triton.jit
+def _softmax_step(q, k, v, m_i, l_i, acc, scale_log2, visible, MASKED: tl.constexpr):
+    s = tl.dot(q, tl.trans(k)) * scale_log2
+    if MASKED:
+        s = tl.where(visible, s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    alpha = tl.exp2(m_i - m_new)
+    p = tl.exp2(s - m_new[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+    return m_new, l_i, acc
+
+
+@triton.jit
+def _prefix_block(q, m_i, l_i, acc, scale_log2, j, live, k_dense, k_vals, k_meta, v_dense, v_vals, v_meta,
+                  k_index, v_index, index_row, dense_off, dense_t_off, kv_off, km_off, vv_off, vm_off,
+                  D: tl.constexpr, K_MODE: tl.constexpr, V_MODE: tl.constexpr, PRMT: tl.constexpr,
+                  MASKED: tl.constexpr):
+    """Prefix block ``j`` through the index maps; ``live`` (MASKED) marks its rows in the prefix
+    (V rows outside read as zeros: a stale pool row must not meet p = 0 as NaN)."""
+    ke = tl.load(k_index + index_row + j)
+    ve = tl.load(v_index + index_row + j)
+    if MASKED:
+        k_mask = live[:, None]
+        v_mask = live[None, :]
+    else:
+        k_mask = True
+        v_mask = True
+    k = load_block(k_dense, k_vals, k_meta, ke, dense_off, kv_off, km_off, k_mask, BS, D, K_MODE, q.dtype, PRMT)
+    if V_MODE == _DENSE:
+        v = tl.load(v_dense + ve.to(tl.int64) * (BS * D) + dense_off, mask=k_mask, other=0.0)
+    else:
+        v = tl.trans(load_block(v_dense, v_vals, v_meta, ve, dense_t_off, vv_off, vm_off, v_mask, D, BS, V_MODE,
+                                q.dtype, PRMT))
+    return _softmax_step(q, k, v, m_i, l_i, acc, scale_log2, v_mask, MASKED)
+
+
+@triton.jit
+def prefill_kernel(q_ptr, k_ptr, v_ptr, k_dense, k_vals, k_meta, v_dense, v_vals, v_meta, k_index, v_index,
+                   out_ptr, lse_ptr, scale_log2, t_len, prefix_len, nb,
+                   H_KV: tl.constexpr, G: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr,
+                   K_MODE: tl.constexpr, V_MODE: tl.constexpr, PRMT: tl.constexpr):
+    mx = tl.num_programs(0) - 1 - tl.program_id(0)
+    hq = tl.program_id(1)
+    hk = hq // G
+    h_q = H_KV * G
+    rows = mx * BLOCK_M + tl.arange(0, BLOCK_M)  # query index in the chunk
+    cols = tl.arange(0, D)
+    tok = tl.arange(0, BS)
+    q = tl.load(q_ptr + (rows[:, None].to(tl.int64) * h_q + hq) * D + cols[None, :], mask=(rows < t_len)[:, None], other=0.0)
+
+    m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
+    l_i = tl.zeros((BLOCK_M,), tl.float32)
+    acc = tl.zeros((BLOCK_M, D), tl.float32)
+
+    # prefix blocks
+    index_row = hk.to(tl.int64) * nb
+    dense_off = tok[:, None] * D + cols[None, :]
+    dense_t_off = tok[None, :] * D + cols[:, None]
+    k_vals = k_vals.to(tl.pointer_type(tl.int32))
+    k_meta = k_meta.to(tl.pointer_type(tl.int32))
+    v_vals = v_vals.to(tl.pointer_type(tl.int32))
+    v_meta = v_meta.to(tl.pointer_type(tl.int32))
+    kv_off = tok[:, None] * (D // 4) + tl.arange(0, D // 4)[None, :]
+    km_off = tok[:, None] * (D // 32) + tl.arange(0, D // 32)[None, :]
+    vv_off = cols[:, None] * (BS // 4) + tl.arange(0, BS // 4)[None, :]
+    vm_off = cols[:, None] * (BS // 32) + tl.arange(0, BS // 32)[None, :]
+    full = prefix_len // BS
+    for j in range(0, full):
+        m_i, l_i, acc = _prefix_block(q, m_i, l_i, acc, scale_log2, j, True, k_dense, k_vals, k_meta, v_dense, v_vals,
+                                      v_meta, k_index, v_index, index_row, dense_off, dense_t_off, kv_off, km_off,
+                                      vv_off, vm_off, D, K_MODE, V_MODE, PRMT, False)
+    if full * BS < prefix_len:  # the last prefix block, partly filled: rows past the prefix masked
+        live = (full * BS + tok) < prefix_len
+        m_i, l_i, acc = _prefix_block(q, m_i, l_i, acc, scale_log2, full, live, k_dense, k_vals, k_meta, v_dense,
+                                      v_vals, v_meta, k_index, v_index, index_row, dense_off, dense_t_off, kv_off,
+                                      km_off, vv_off, vm_off, D, K_MODE, V_MODE, PRMT, True)
+
+    # the chunk: tiles wholly below this query tile's first row, then the diagonal ones
+    row_stride = H_KV * D
+    chunk_off = tok[:, None].to(tl.int64) * row_stride + hk * D + cols[None, :]
+    diag = mx * BLOCK_M
+    for c0 in range(0, diag, BS):
+        k = tl.load(k_ptr + c0 * row_stride + chunk_off)
+        v = tl.load(v_ptr + c0 * row_stride + chunk_off)
+        m_i, l_i, acc = _softmax_step(q, k, v, m_i, l_i, acc, scale_log2, True, False)
+    for c0 in range(diag, tl.minimum(diag + BLOCK_M, t_len), BS):
+        keys = c0 + tok
+        inside = (keys < t_len)[:, None]
+        k = tl.load(k_ptr + c0 * row_stride + chunk_off, mask=inside, other=0.0)
+        v = tl.load(v_ptr + c0 * row_stride + chunk_off, mask=inside, other=0.0)
+        visible = (keys[None, :] <= rows[:, None]) & (keys < t_len)[None, :]
+        m_i, l_i, acc = _softmax_step(q, k, v, m_i, l_i, acc, scale_log2, visible, True)
+
+    out = acc / l_i[:, None]
+    valid = rows < t_len
+    tl.store(out_ptr + (rows[:, None].to(tl.int64) * h_q + hq) * D + cols[None, :], out.to(out_ptr.dtype.element_ty),
+             mask=valid[:, None])
+    tl.store(lse_ptr + rows.to(tl.int64) * h_q + hq, (m_i + tl.log2(l_i)) * _LN2, mask=valid)
