@@ -8,7 +8,7 @@ Triton rows: the sequence prefilled in chunks of ``--chunk`` tokens, as SGLang's
 runs it, each chunk against the previous chunks stored in the pools with block sparsity S_K / S_V
 (blocks chosen at random, 2:4 by magnitude); the times of all chunks are summed, so the causal work
 is that of the one-shot prefill. "one shot" is the whole sequence as one chunk (dense, no pools).
-"mixed kernel" rows use pools holding both slot kinds (the kernel's per-block path) even at S = 0.
+The kernel variant follows the prefix's entries (K, V: 1 all dense, 2 all sparse, 3 mixed).
 
 TileLang rows: one sequence of ``--tokens`` tokens prefilled in one chunk (prefix_len = 0). Shapes
 everywhere: Llama-3.1-8B attention (32 query heads, 8 KV heads, d 128, bf16), causal. Ours: the chunk's own full tiles
@@ -182,7 +182,7 @@ def bench(tokens: int, variants, chunk: int, triton_configs, tilelang: bool) -> 
     return rows
 
 
-def _pools_at(x: torch.Tensor, operand: str, s: float, both_kinds: bool, gen: torch.Generator):
+def _pools_at(x: torch.Tensor, operand: str, s: float, gen: torch.Generator):
     """A pool holding the blocks of ``x [T, H_kv, D]`` (T a multiple of 64), a random fraction ``s``
     of them 2:4-compressed, and its ``[H_kv, T / 64]`` index map."""
     from hs_kernels.format import encode_dense, encode_sparse
@@ -192,7 +192,7 @@ def _pools_at(x: torch.Tensor, operand: str, s: float, both_kinds: bool, gen: to
     blocks = x.view(-1, 64, H_KV, D).permute(2, 0, 1, 3).reshape(-1, 64, D)
     sparse = torch.rand(blocks.shape[0], generator=gen, device=x.device) < s
     n_sp = int(sparse.sum())
-    pool = BlockPool.allocate(operand, D, blocks.shape[0] - n_sp + both_kinds, n_sp + both_kinds, x.dtype, x.device)
+    pool = BlockPool.allocate(operand, D, blocks.shape[0] - n_sp, n_sp, x.dtype, x.device)
     dense_slots = torch.arange(blocks.shape[0] - n_sp, device=x.device)
     sparse_slots = torch.arange(n_sp, device=x.device)
     pool.store_dense(dense_slots, blocks[~sparse])
@@ -220,17 +220,18 @@ def bench_triton(q, k, v, chunk: int, configs, add, ref_out) -> None:
         out, _ = one()
         err = ((out.float() - ref_out.float()).norm() / ref_out.float().norm()).item()
         add(f"Triton one shot, dense {tag}", timeit(one), f"rel.err vs cuDNN {err:.1e}")
-        for (sk, sv), both in (((0, 0), False), ((0, 0), True), *((s, True) for s in BENCH_S[1:])):
-            (k_pool, k_idx), (v_pool, v_idx) = _pools_at(k, "k", sk, both, gen), _pools_at(v, "v", sv, both, gen)
+        for (sk, sv), select in (*((s, False) for s in BENCH_S), ((0.5, 0.5), True)):
+            (k_pool, k_idx), (v_pool, v_idx) = _pools_at(k, "k", sk, gen), _pools_at(v, "v", sv, gen)
 
             def chunked():
                 for c0 in range(0, t, chunk):
                     c1 = min(t, c0 + chunk)
                     gpu.prefill_attention(q[c0:c1], k[c0:c1], v[c0:c1], k_pool, v_pool, k_idx[:, :c0 // 64],
-                                          v_idx[:, :c0 // 64], c0, **opts)
+                                          v_idx[:, :c0 // 64], c0, **opts, select=select)
 
-            kind = "mixed kernel" if both else "dense kernel"
-            add(f"Triton chunked {chunk}, S_K={sk} S_V={sv}, {kind} {tag}", timeit(chunked))
+            kinds = gpu._entry_kinds(k_idx, v_idx, k_idx.shape[1])
+            add(f"Triton chunked {chunk}, S_K={sk} S_V={sv}, kernel {kinds}{' select' if select else ''} {tag}",
+                timeit(chunked))
             del k_pool, v_pool
 
 
@@ -240,7 +241,7 @@ def main(argv=None):
     ap.add_argument("--variants", default="128:mn:128,128:mn:256,64:mn:128",
                     help="rows:p_major:threads list (p_major mn or k)")
     ap.add_argument("--chunk", type=int, default=8192, help="Triton rows: chunked-prefill chunk (a multiple of 64)")
-    ap.add_argument("--triton-configs", default="128:8:2,128:8:3,64:4:2", help="block_m:num_warps:num_stages list")
+    ap.add_argument("--triton-configs", default="128:8:3,128:8:2,64:4:3", help="block_m:num_warps:num_stages list")
     ap.add_argument("--no-tilelang", action="store_true", help="skip the TileLang rows (and compression)")
     ap.add_argument("--prebuild", action="store_true")
     ap.add_argument("--workers", type=int, default=min(16, os.cpu_count() or 1))

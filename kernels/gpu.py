@@ -145,10 +145,11 @@ def prefill_supported(q: torch.Tensor, k: torch.Tensor, k_pool: BlockPool, v_poo
 def prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                       k_pool: BlockPool, v_pool: BlockPool, k_index: torch.Tensor, v_index: torch.Tensor,
                       prefix_len: int, sm_scale: float | None = None, block_m: int = 128, num_warps: int = 8,
-                      num_stages: int = 2) -> tuple[torch.Tensor, torch.Tensor]:
+                      num_stages: int = 3, select: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """``hs_kernels.attention.prefill_attention`` on the Triton kernel (``triton_prefill``) where
     supported (CUDA float16/bfloat16, head_dim 64/128/256), else the reference. ``block_m`` (query
-    rows per program, 64 or 128), ``num_warps`` and ``num_stages`` are launch options.
+    rows per program, 64 or 128), ``num_warps``, ``num_stages`` and ``select`` are launch options
+    (``triton_prefill``); the defaults are the fastest measured on the H200 (kernels/BENCHMARKS.md).
     No bounds check of the used index entries against the pools on the GPU path (the reference raises)."""
     if not prefill_supported(q, k, k_pool, v_pool):
         return _ref.prefill_attention(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len, sm_scale)
@@ -161,14 +162,28 @@ def prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     if not isinstance(prefix_len, int) or not 0 <= prefix_len <= nb * BLOCK_SIZE:
         raise ValueError(f"prefix_len must be an int in [0, {nb * BLOCK_SIZE}], got {prefix_len!r}")
     return triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len, _ref._scale(sm_scale, q),
-                          block_m, num_warps, num_stages)
+                          block_m, num_warps, num_stages, select)
+
+
+def _entry_kinds(k_index: torch.Tensor, v_index: torch.Tensor, used: int) -> tuple[int, int]:
+    """Kinds (dense 1, sparse 2, both 3) of the first ``used`` K and V entries, with one host sync."""
+    from .triton_blocks import DENSE, SPARSE
+
+    if used == 0:
+        return DENSE, DENSE
+    ki, vi = k_index[:, :used], v_index[:, :used]
+    has = torch.stack(((ki >= 0).any(), (ki < 0).any(), (vi >= 0).any(), (vi < 0).any())).tolist()
+    return DENSE * has[0] | SPARSE * has[1], DENSE * has[2] | SPARSE * has[3]
 
 
 def triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len: int, scale: float,
-                   block_m: int = 128, num_warps: int = 8, num_stages: int = 2, out=None, lse=None):
+                   block_m: int = 128, num_warps: int = 8, num_stages: int = 3, select: bool = False,
+                   out=None, lse=None):
     """Launch the Triton prefill on checked inputs (also under Triton's CPU interpreter, as
-    ``triton_decode``). ``out [T, H_q, D]`` / ``lse [T, H_q]`` float32: optional output buffers
-    (tests pass poisoned ones to see that every element is written)."""
+    ``triton_decode``). The kernel variant follows the prefix's entries: all dense, all sparse or
+    mixed (``select``: the mixed variant picks a block's copy by a select, not a branch).
+    ``out [T, H_q, D]`` / ``lse [T, H_q]`` float32: optional output buffers (tests pass poisoned
+    ones to see that every element is written)."""
     from . import triton_prefill as tp
     from .triton_blocks import LOG2E
 
@@ -176,6 +191,7 @@ def triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len: int, s
     h_kv, nb = k_index.shape
     out = torch.empty_like(q) if out is None else out
     lse = torch.empty(t, h_q, dtype=torch.float32, device=q.device) if lse is None else lse
+    k_mode, v_mode = _entry_kinds(k_index, v_index, -(-prefix_len // BLOCK_SIZE))
     if nb == 0:  # no prefix: a pointer is still needed
         k_index = v_index = torch.zeros(h_kv, 1, dtype=torch.int32, device=q.device)
     tp.prefill_kernel[(-(-t // block_m), h_q)](
@@ -183,8 +199,8 @@ def triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len: int, s
         _nonempty(k_pool.dense), _nonempty(k_pool.values), _nonempty(k_pool.meta),
         _nonempty(v_pool.dense), _nonempty(v_pool.values), _nonempty(v_pool.meta),
         k_index.contiguous(), v_index.contiguous(), out, lse, scale * LOG2E, t, prefix_len, max(nb, 1),
-        H_KV=h_kv, G=h_q // h_kv, D=d, BLOCK_M=block_m, K_MODE=_pool_kinds(k_pool), V_MODE=_pool_kinds(v_pool),
-        PRMT=q.is_cuda, num_warps=num_warps, num_stages=num_stages)
+        H_KV=h_kv, G=h_q // h_kv, D=d, BLOCK_M=block_m, K_MODE=k_mode, V_MODE=v_mode,
+        PRMT=q.is_cuda, SELECT=select, num_warps=num_warps, num_stages=num_stages)
     return out, lse
 
 

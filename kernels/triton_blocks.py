@@ -43,7 +43,7 @@ def unpack_24(vals, meta, ROWS: tl.constexpr, LEN: tl.constexpr, DTYPE: tl.const
 
 @triton.jit
 def load_block(dense, vals, meta, e, dense_off, vals_off, meta_off, mask, ROWS: tl.constexpr, LEN: tl.constexpr,
-           MODE: tl.constexpr, DTYPE: tl.constexpr, PRMT: tl.constexpr):
+           MODE: tl.constexpr, DTYPE: tl.constexpr, PRMT: tl.constexpr, SELECT: tl.constexpr = False):
     """Operand rows ``[ROWS, LEN]`` (K: ``[64, D]``, V^T: ``[D, 64]``) of index-map entry ``e``: its
     dense slot read through ``dense_off`` (rows under ``mask``) or its sparse slot unpacked. With
     both kinds in the pool, both copies are issued, masked (a masked-off copy moves no bytes), so no
@@ -59,7 +59,9 @@ def load_block(dense, vals, meta, e, dense_off, vals_off, meta_off, mask, ROWS: 
         else:
             d = tl.load(dense + tl.maximum(e, 0).to(tl.int64) * (ROWS * LEN) + dense_off,
                         mask=mask & (e >= 0), other=0.0)
-            if e < 0:
+            if SELECT:  # both computed, no branch
+                x = tl.where(e < 0, unpack_24(w, m, ROWS, LEN, DTYPE, PRMT), d)
+            elif e < 0:
                 x = unpack_24(w, m, ROWS, LEN, DTYPE, PRMT)
             else:
                 x = d

@@ -9,7 +9,9 @@ query head)``, heavy (late) tiles first; online softmax in base 2 over three key
   * the chunk's key tiles strictly below the diagonal (no mask);
   * the diagonal tiles (causal mask).
 The chunk's own keys come dense from ``k``/``v`` (the serving backend passes them already pruned).
-``K_MODE`` / ``V_MODE`` (1 dense, 2 sparse, 3 both) compile out the loads a pool cannot need.
+``K_MODE`` / ``V_MODE`` (1 dense, 2 sparse, 3 both) are chosen from the prefix's entries (the
+all-dense and all-sparse kernels read only one copy); ``SELECT`` picks, in mode 3, between the two
+copies with a select instead of a branch.
 """
 
 import triton
@@ -35,7 +37,7 @@ def _softmax_step(q, k, v, m_i, l_i, acc, scale_log2, visible, MASKED: tl.conste
 def _prefix_block(q, m_i, l_i, acc, scale_log2, j, live, k_dense, k_vals, k_meta, v_dense, v_vals, v_meta,
                   k_index, v_index, index_row, dense_off, dense_t_off, kv_off, km_off, vv_off, vm_off,
                   D: tl.constexpr, K_MODE: tl.constexpr, V_MODE: tl.constexpr, PRMT: tl.constexpr,
-                  MASKED: tl.constexpr):
+                  SELECT: tl.constexpr, MASKED: tl.constexpr):
     """Prefix block ``j`` through the index maps; ``live`` (MASKED) marks its rows in the prefix
     (V rows outside read as zeros: a stale pool row must not meet p = 0 as NaN)."""
     ke = tl.load(k_index + index_row + j)
@@ -46,12 +48,14 @@ def _prefix_block(q, m_i, l_i, acc, scale_log2, j, live, k_dense, k_vals, k_meta
     else:
         k_mask = True
         v_mask = True
-    k = load_block(k_dense, k_vals, k_meta, ke, dense_off, kv_off, km_off, k_mask, BS, D, K_MODE, q.dtype, PRMT)
+    k = load_block(k_dense, k_vals, k_meta, ke, dense_off, kv_off, km_off, k_mask, BS, D, K_MODE, q.dtype, PRMT, SELECT)
     if V_MODE == _DENSE:
         v = tl.load(v_dense + ve.to(tl.int64) * (BS * D) + dense_off, mask=k_mask, other=0.0)
     else:
         v = tl.trans(load_block(v_dense, v_vals, v_meta, ve, dense_t_off, vv_off, vm_off, v_mask, D, BS, V_MODE,
-                                q.dtype, PRMT))
+                                q.dtype, PRMT, SELECT))
+        if MASKED:  # a sparse copy has no row mask
+            v = tl.where(k_mask, v, 0.0)
     return _softmax_step(q, k, v, m_i, l_i, acc, scale_log2, v_mask, MASKED)
 
 
@@ -59,7 +63,7 @@ def _prefix_block(q, m_i, l_i, acc, scale_log2, j, live, k_dense, k_vals, k_meta
 def prefill_kernel(q_ptr, k_ptr, v_ptr, k_dense, k_vals, k_meta, v_dense, v_vals, v_meta, k_index, v_index,
                    out_ptr, lse_ptr, scale_log2, t_len, prefix_len, nb,
                    H_KV: tl.constexpr, G: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr,
-                   K_MODE: tl.constexpr, V_MODE: tl.constexpr, PRMT: tl.constexpr):
+                   K_MODE: tl.constexpr, V_MODE: tl.constexpr, PRMT: tl.constexpr, SELECT: tl.constexpr):
     mx = tl.num_programs(0) - 1 - tl.program_id(0)
     hq = tl.program_id(1)
     hk = hq // G
@@ -89,12 +93,12 @@ def prefill_kernel(q_ptr, k_ptr, v_ptr, k_dense, k_vals, k_meta, v_dense, v_vals
     for j in range(0, full):
         m_i, l_i, acc = _prefix_block(q, m_i, l_i, acc, scale_log2, j, True, k_dense, k_vals, k_meta, v_dense, v_vals,
                                       v_meta, k_index, v_index, index_row, dense_off, dense_t_off, kv_off, km_off,
-                                      vv_off, vm_off, D, K_MODE, V_MODE, PRMT, False)
+                                      vv_off, vm_off, D, K_MODE, V_MODE, PRMT, SELECT, False)
     if full * BS < prefix_len:  # the last prefix block, partly filled: rows past the prefix masked
         live = (full * BS + tok) < prefix_len
         m_i, l_i, acc = _prefix_block(q, m_i, l_i, acc, scale_log2, full, live, k_dense, k_vals, k_meta, v_dense,
                                       v_vals, v_meta, k_index, v_index, index_row, dense_off, dense_t_off, kv_off,
-                                      km_off, vv_off, vm_off, D, K_MODE, V_MODE, PRMT, True)
+                                      km_off, vv_off, vm_off, D, K_MODE, V_MODE, PRMT, SELECT, True)
 
     # the chunk: tiles wholly below this query tile's first row, then the diagonal ones
     row_stride = H_KV * D

@@ -39,8 +39,10 @@ CASES = [
     (32, 8, 128, torch.bfloat16, 1, 65, 0.5, 0.5, {}),                     # one query token
     (32, 8, 128, torch.bfloat16, 1000, 3000, 0.5, 0.5, {}),                # longer
     (32, 8, 128, torch.bfloat16, 300, 500, 0.5, 0.5, {"block_m": 64, "num_warps": 4}),
-    (32, 8, 128, torch.bfloat16, 300, 500, 0.5, 0.5, {"num_stages": 3}),
-    (32, 8, 128, torch.bfloat16, 513, 0, 0.0, 0.0, {"block_m": 64, "num_warps": 4, "num_stages": 3}),
+    (32, 8, 128, torch.bfloat16, 300, 500, 0.5, 0.5, {"num_stages": 2}),
+    (32, 8, 128, torch.bfloat16, 513, 0, 0.0, 0.0, {"block_m": 64, "num_warps": 4, "num_stages": 2}),
+    (32, 8, 128, torch.bfloat16, 300, 500, 0.5, 0.5, {"select": True}),  # mixed: select, not branch
+    (32, 8, 128, torch.bfloat16, 77, 1000, 0.5, 0.5, {"select": True, "block_m": 64, "num_warps": 4}),
 ]
 
 

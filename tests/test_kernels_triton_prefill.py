@@ -3,8 +3,9 @@
 As test_kernels_triton_decode.py: the kernel's own indexing, masking (partial last prefix block,
 causal diagonal, chunk tail), 2:4 unpacking and online softmax run on CPU tensors on every pool
 path (dense / sparse / mixed, single-kind pools), tiles of 64 and 128 rows, d 64 / 128 / 256, in
-float16 with the select form of the unpack (the prmt form and bfloat16: test_kernels_gpu_prefill.py).
-Dense pool rows past the prefix are poisoned with NaN: the kernel must not let them through.
+float16 with the select form of the unpack (the prmt form and bfloat16: test_kernels_gpu_triton_prefill.py), branch and select forms of the
+mixed variant. Tokens past the prefix in its last block are NaN in the pools, dense or compressed:
+the kernel must not let them through.
 """
 
 import json
@@ -17,13 +18,14 @@ import pytest
 pytest.importorskip("triton")
 
 CASES = [
-    # t, h_q, h_kv, d, prefix_len, p_k, p_v, block_m
-    (130, 8, 2, 64, 0, 0.0, 0.0, 64),
-    (100, 8, 2, 128, 300, 0.5, 0.5, 64),
-    (70, 4, 1, 64, 256, 1.0, 1.0, 128),
-    (64, 8, 8, 64, 129, 1.0, 0.0, 64),
-    (33, 16, 2, 256, 64, 0.0, 1.0, 64),
-    (257, 4, 2, 64, 640, 0.3, 0.7, 128),
+    # t, h_q, h_kv, d, prefix_len, p_k, p_v, block_m, select
+    (130, 8, 2, 64, 0, 0.0, 0.0, 64, False),
+    (100, 8, 2, 128, 300, 0.5, 0.5, 64, False),
+    (70, 4, 1, 64, 250, 1.0, 1.0, 128, False),
+    (64, 8, 8, 64, 129, 1.0, 0.0, 64, False),
+    (33, 16, 2, 256, 64, 0.0, 1.0, 64, False),
+    (257, 4, 2, 64, 640, 0.3, 0.7, 128, False),
+    (90, 8, 2, 64, 333, 0.5, 0.5, 64, True),
 ]
 
 SCRIPT = r"""
@@ -33,25 +35,29 @@ from kv_cases import make_case, rel_err
 from hs_kernels import attention as ref, gpu
 
 results = []
-for t, h_q, h_kv, d, prefix, p_k, p_v, block_m in json.loads(sys.argv[2]):
+for t, h_q, h_kv, d, prefix, p_k, p_v, block_m, select in json.loads(sys.argv[2]):
     gen = torch.Generator().manual_seed(len(results))
     k_pool, v_pool, k_index, v_index, _ = make_case(1, h_kv, d, [prefix], p_k, p_v, torch.float16, gen, "cpu")
     k_index, v_index = k_index[0], v_index[0]
     tail = prefix % 64
     for pool, index in ((k_pool, k_index), (v_pool, v_index)):
-        if tail:  # rows past the prefix in its last block: stale data
+        if tail:  # tokens past the prefix in its last block: stale data, dense or compressed
             for e in index[:, prefix // 64].tolist():
                 if e >= 0:
                     pool.dense[e, tail:] = float("nan")
+                elif pool.operand == "k":
+                    pool.values[-e - 1, tail:] = float("nan")
+                else:  # V^T rows: values 2g, 2g + 1 of token group g
+                    pool.values[-e - 1, :, 2 * -(-tail // 4):] = float("nan")
     q = torch.randn(t, h_q, d, generator=gen).half()
     k = torch.randn(t, h_kv, d, generator=gen).half()
     v = torch.randn(t, h_kv, d, generator=gen).half()
-    out, lse = gpu.triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix, 0.09, block_m, 4, 1)
+    out, lse = gpu.triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix, 0.09, block_m, 4, 1, select)
     r_out, r_lse = ref.prefill_attention(q, k, v, k_pool, v_pool, k_index, v_index, prefix, 0.09)
     results.append({"rel_err": rel_err(out, r_out), "lse_err": (lse - r_lse).abs().max().item(),
                     "nan": bool(out.isnan().any() or lse.isnan().any()),
                     "dtype_ok": out.dtype == torch.float16 and lse.dtype == torch.float32,
-                    "kinds": [gpu._pool_kinds(k_pool), gpu._pool_kinds(v_pool)]})
+                    "kinds": gpu._entry_kinds(k_index, v_index, -(-prefix // 64))})
 print(json.dumps(results))
 """
 
