@@ -174,6 +174,7 @@ class HSAttnBackend(AttentionBackend):
         d = layer.qk_head_dim
         req_to_token = self.req_to_token_pool.req_to_token
         seq_lens = forward_batch.seq_lens_cpu.long()
+        seq_lens_dev = seq_lens.to(self.device)
         rows = forward_batch.req_pool_indices.long()
         if store.n_r:
             max_blocks = -(-int(seq_lens.max()) // BLOCK_SIZE)
@@ -181,11 +182,11 @@ class HSAttnBackend(AttentionBackend):
             pages = pages.clamp_(0, self.pool.num_pages - 1)  # rows past a sequence's end are not read
             k_idx = store.index["k"][pages].permute(0, 2, 1).contiguous()
             v_idx = store.index["v"][pages].permute(0, 2, 1).contiguous()
-            out, _ = decode_attention(q_[:, heads_r], store.pools["k"], store.pools["v"], k_idx, v_idx, seq_lens, layer.scaling)
+            out, _ = decode_attention(q_[:, heads_r], store.pools["k"], store.pools["v"], k_idx, v_idx, seq_lens_dev, layer.scaling)
             o[:, heads_r] = out
         if store.n_s:
-            ks, vs, kpos = self._stream_decode_keys(store, rows, seq_lens.to(self.device))
-            out, _ = streaming_attention(q_[:, None, heads_s], kpos.new_tensor(seq_lens - 1)[:, None], ks.to(q.dtype),
+            ks, vs, kpos = self._stream_decode_keys(store, rows, seq_lens_dev)
+            out, _ = streaming_attention(q_[:, None, heads_s], (seq_lens_dev - 1)[:, None], ks.to(q.dtype),
                                          vs.to(q.dtype), kpos, self.settings.sink_tokens, self.settings.window_tokens,
                                          layer.scaling)
             o[:, heads_s] = out[:, 0]

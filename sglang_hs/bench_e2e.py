@@ -218,10 +218,14 @@ def main(argv: list[str] | None = None) -> int:
     for engine in args.engines.split(","):
         flags, module = server_args(engine, model, args)
         env["SGLANG_HS_STATS_FILE"] = str(out / f"{engine}.stats.json")
-        with ServerProcess(flags, env, str(out / f"{engine}.log"), start_timeout_s=1200, module=module) as srv:
-            res[engine] = measure(engine, srv.base, args, config, random.Random(args.seed))
+        try:
+            with ServerProcess(flags, env, str(out / f"{engine}.log"), start_timeout_s=1200, module=module) as srv:
+                res[engine] = measure(engine, srv.base, args, config, random.Random(args.seed))
+        except RuntimeError as e:  # the server failed: record it, measure the other engine
+            res[engine] = {"error": str(e)[:500]}
+            print(f"[{engine}] failed: {e}", file=sys.stderr, flush=True)
         (out / "results.json").write_text(json.dumps(res, indent=1))
-    if "stock" in res and "hs" in res:
+    if all(name in res and "error" not in res[name] for name in ("stock", "hs")):
         text = markdown(res)
         (out / "results.md").write_text(text + "\n")
         print(text)
