@@ -24,7 +24,8 @@ import torch.nn.functional as F
 from .format import BLOCK_SIZE, INDEX_DTYPE, check_dtype, check_shape, check_value_dtype
 from .pool import BlockPool
 
-_TILE_ELEMS = 1 << 22  # scores held at once per query tile (float32): 16 MiB
+_TILE_ELEMS = 1 << 22  # scores held at once per query tile (float32): 16 MiB; 128 MiB on CUDA
+_TILE_ELEMS_CUDA = 1 << 25
 _KEY_BLOCK = BLOCK_SIZE  # keys per fixed reduction block (see _attend)
 _MIN_ROWS = 16  # fewest GEMM rows per KV head (see _attend)
 
@@ -180,7 +181,8 @@ def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Te
       * else (streaming: sink + window, gaps in between): only blocks some query of the tile sees,
         summed one after another in index order.
     The row maximum and exp are exact per element; GEMMs over few queries take another BLAS path,
-    so tiles are padded to at least _MIN_ROWS rows per KV head. Query tiles bound memory."""
+    so tiles are padded to at least _MIN_ROWS rows per KV head. Query tiles bound memory (their
+    size changes no result: unseen blocks add exact zeros)."""
     bt, h_q, tq, d = q.shape
     h_kv, tk = k.shape[1], k.shape[2]
     g = h_q // h_kv
@@ -195,7 +197,12 @@ def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Te
     mask = F.pad(allowed, (0, pad), value=False)
     out = torch.zeros(bt, h_kv, g, tq, d, dtype=torch.float32, device=q.device)
     lse = torch.full((bt, h_kv, g, tq), -math.inf, dtype=torch.float32, device=q.device)
-    tile = max(1, _TILE_ELEMS // max(1, bt * h_q * nb * _KEY_BLOCK))
+    budget = (_TILE_ELEMS_CUDA if q.is_cuda else _TILE_ELEMS) // max(1, bt * h_q)
+    if positional or mask.shape[1] == 1:
+        tile = max(1, budget // (nb * _KEY_BLOCK))
+    else:  # sink + window: n queries see about the widest query's blocks plus n keys
+        widest = int(mask.view(bt, -1, nb, _KEY_BLOCK).any(dim=-1).sum(dim=-1).max()) * _KEY_BLOCK
+        tile = max(1, int((math.sqrt(widest * widest + 4 * budget) - widest) / 2))
     for start in range(0, tq, tile):
         stop = min(tq, start + tile)
         n = stop - start

@@ -3,7 +3,8 @@
 ``decode_attention`` has the reference's signature (``hs_kernels.attention.decode_attention``) and
 returns the same results; it runs the Triton kernel (``triton_decode``) when the inputs are CUDA
 float16/bfloat16 tensors with a supported shape, else the reference.
-``prefill_attention`` likewise runs the TileLang Trans-Both kernel (``tl_prefill``) where it applies.
+``prefill_attention`` likewise runs the Triton prefill kernel (``triton_prefill``); the TileLang
+Trans-Both kernel on sparse tensor cores (``tl_prefill``) is slower so far and only benchmarked.
 ``compress_magnitude`` is the fused pruner + compressor (TileLang, ``tl_compress``), with a PyTorch
 fallback. ``triton`` and ``tilelang`` are imported lazily, only on CUDA: this module imports on any
 machine. Kernels are compiled once per (heads, head_dim, dtype, pool kinds) and cached per process;
@@ -249,4 +250,5 @@ def compress_magnitude(blocks: torch.Tensor, operand: str, values: torch.Tensor 
     return values, meta, loss if _LOSS_MODE != "group" else loss.sum(dim=(1, 2))
 
 
-__all__ = ["tilelang_available", "triton_available", "decode_supported", "decode_attention", "prefill_attention", "compress_magnitude", "default_splits"]
+__all__ = ["tilelang_available", "triton_available", "decode_supported", "decode_attention", "prefill_supported",
+           "prefill_attention", "compress_magnitude", "default_splits"]

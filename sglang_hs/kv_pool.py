@@ -27,6 +27,15 @@ from .stream_window import keep_mask, live_pages, reusable_pages
 OPERANDS = ("k", "v")
 
 
+def check(ok: torch.Tensor, message: str) -> None:
+    """Raise RuntimeError(message) unless ``ok`` is all true; on CUDA a device-side assert instead
+    (no host sync on the per-layer path; a failure stops the process, as bookkeeping bugs should)."""
+    if ok.is_cuda:
+        torch._assert_async(ok.all(), message)
+    elif not bool(ok.all()):
+        raise RuntimeError(message)
+
+
 def bytes_per_token(settings: HSSettings, head_dim: int, value_bytes: int, layers=None) -> float:
     """Pool bytes SGLang sizes by, per token of capacity (all layers of this rank)."""
     total = 0.0
@@ -96,8 +105,7 @@ class LayerStore:
             pages, rows = locs // BLOCK_SIZE, (locs % BLOCK_SIZE)[:, None]
             for op, x in (("k", k), ("v", v)):
                 slots = self.index[op][pages].long()  # [T, n_r]
-                if (slots < 0).any():
-                    raise RuntimeError("write into a page without dense blocks (compressed or unallocated)")
+                check(slots >= 0, "write into a page without dense blocks (compressed or unallocated)")
                 self.pools[op].dense[slots, rows] = x[:, self.retrieval].to(self.pools[op].dtype)
         if self.n_s:
             self.stream_k[stream_rows] = k[:, self.streaming].to(self.stream_k.dtype)
@@ -111,7 +119,8 @@ class LayerStore:
             if not self.n_r or s == 0.0:
                 continue
             index_t = self.index[op][pages].t().contiguous()  # [n_r, nb]
-            blocks = self.pools[op].gather(index_t)
+            # blocks already sparse are not decompressed: zeros, loss 0, as their decompressed 2:4 data would score
+            blocks = self.pools[op].gather(index_t, index_t >= 0)
             sparse, mask = prune_blocks(blocks, op, num_tokens, s, settings.sink_tokens, settings.window_tokens)
             new = sparse & (index_t >= 0)
             n = min(int(new.sum()), self.sparse_free[op].free)
@@ -205,8 +214,7 @@ class HSKVPool(KVCache):
     def stream_rows(self, locs: torch.Tensor) -> torch.Tensor:
         """Rows of the streaming storage holding the tokens at ``locs``."""
         slots = self.stream_index[locs // BLOCK_SIZE]
-        if (slots < 0).any():
-            raise RuntimeError("streaming KV of a trimmed page was needed (checkpointed-window bookkeeping bug)")
+        check(slots >= 0, "streaming KV of a trimmed page was needed (checkpointed-window bookkeeping bug)")
         return slots * BLOCK_SIZE + locs % BLOCK_SIZE
 
     def _set_live(self, row: int, pages: torch.Tensor | None):
