@@ -378,6 +378,11 @@ def _nonempty(x: torch.Tensor) -> torch.Tensor:
     return x.contiguous() if x.shape[0] else torch.zeros((1, *x.shape[1:]), dtype=x.dtype, device=x.device)
 
 
+def _with_column(index: torch.Tensor) -> torch.Tensor:
+    """An index map with at least one column (an empty prefix is never read; TileLang checks packed strides)."""
+    return index.contiguous() if index.shape[-1] else torch.zeros((*index.shape[:-1], 1), dtype=index.dtype, device=index.device)
+
+
 def block_modes(k_index: torch.Tensor, v_index: torch.Tensor, used: int) -> tuple[str, str]:
     """("dense" | "sparse" | "mixed") for the K and V entries of the first ``used`` blocks (one host sync)."""
     if used == 0:
@@ -432,7 +437,7 @@ def prefill_blocks(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len, sm_sca
     kernel(q.contiguous(), k.contiguous(), v.contiguous(),
            _nonempty(k_pool.dense), _nonempty(k_pool.values), _nonempty(k_pool.meta),
            _nonempty(v_pool.dense), _nonempty(v_pool.values), _nonempty(v_pool.meta),
-           _nonempty(k_index.contiguous()), _nonempty(v_index.contiguous()),
+           _with_column(k_index), _with_column(v_index),
            _nonempty(kc_index.contiguous()), _nonempty(vc_index.contiguous()),
            _nonempty(kc_vals), _nonempty(kc_meta), _nonempty(vc_vals), _nonempty(vc_meta),
            params, scale_log2, out, lse)
