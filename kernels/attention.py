@@ -79,18 +79,7 @@ def prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     against the blocks of the previous ones) equals one-shot prefill when the prefix is dense.
     Returns ``out [T, H_q, D]`` (q's dtype) and ``lse [T, H_q]`` (float32).
     """
-    check_value_dtype(q, "q")
-    if q.dim() != 3:
-        raise ValueError(f"q must have shape [tokens, H_q, head_dim], got {list(q.shape)}")
-    t, _, d = q.shape
-    h_kv, nb = _check_index_pair(k_index, v_index, (None, None))
-    for name, x in (("k", k), ("v", v)):
-        check_value_dtype(x, name)
-        check_shape(x, (t, h_kv, d), name)
-    _check_pools(k_pool, v_pool, d)
-    _check_gqa(q.shape[1], h_kv)
-    if not isinstance(prefix_len, int) or not 0 <= prefix_len <= nb * BLOCK_SIZE:
-        raise ValueError(f"prefix_len must be an int in [0, {nb * BLOCK_SIZE}], got {prefix_len!r}")
+    t, _, d, h_kv, nb = _check_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len)
     used = -(-prefix_len // BLOCK_SIZE)
     valid = (torch.arange(nb, device=q.device) < used).expand(h_kv, nb)
     k_prefix = k_pool.gather(k_index, valid).flatten(1, 2)[:, :prefix_len]  # [H_kv, P, D]
@@ -259,6 +248,23 @@ def _check_pools(k_pool: BlockPool, v_pool: BlockPool, head_dim: int) -> None:
         raise ValueError(f"k_pool must hold operand 'k' and v_pool 'v', got {k_pool.operand!r}, {v_pool.operand!r}")
     if k_pool.head_dim != head_dim or v_pool.head_dim != head_dim:
         raise ValueError(f"pool head_dim ({k_pool.head_dim}, {v_pool.head_dim}) must equal q head_dim {head_dim}")
+
+
+def _check_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len) -> tuple[int, int, int, int, int]:
+    """``prefill_attention``'s argument checks (shared with the GPU kernels); returns T, H_q, D, H_kv, nb."""
+    check_value_dtype(q, "q")
+    if q.dim() != 3:
+        raise ValueError(f"q must have shape [tokens, H_q, head_dim], got {list(q.shape)}")
+    t, h_q, d = q.shape
+    h_kv, nb = _check_index_pair(k_index, v_index, (None, None))
+    for name, x in (("k", k), ("v", v)):
+        check_value_dtype(x, name)
+        check_shape(x, (t, h_kv, d), name)
+    _check_pools(k_pool, v_pool, d)
+    _check_gqa(h_q, h_kv)
+    if not isinstance(prefix_len, int) or not 0 <= prefix_len <= nb * BLOCK_SIZE:
+        raise ValueError(f"prefix_len must be an int in [0, {nb * BLOCK_SIZE}], got {prefix_len!r}")
+    return t, h_q, d, h_kv, nb
 
 
 def _check_index_pair(k_index: torch.Tensor, v_index: torch.Tensor, shape: tuple) -> tuple[int, int]:

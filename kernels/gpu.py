@@ -154,14 +154,7 @@ def prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     No bounds check of the used index entries against the pools on the GPU path (the reference raises)."""
     if not prefill_supported(q, k, k_pool, v_pool):
         return _ref.prefill_attention(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len, sm_scale)
-    t, h_q, d = q.shape
-    h_kv, nb = _ref._check_index_pair(k_index, v_index, (None, None))
-    for name, x in (("k", k), ("v", v)):
-        _ref.check_shape(x, (t, h_kv, d), name)
-    _ref._check_pools(k_pool, v_pool, d)
-    _ref._check_gqa(h_q, h_kv)
-    if not isinstance(prefix_len, int) or not 0 <= prefix_len <= nb * BLOCK_SIZE:
-        raise ValueError(f"prefix_len must be an int in [0, {nb * BLOCK_SIZE}], got {prefix_len!r}")
+    _ref._check_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len)
     return triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len, _ref._scale(sm_scale, q),
                           block_m, num_warps, num_stages, select)
 

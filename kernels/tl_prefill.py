@@ -404,14 +404,7 @@ def prefill_blocks(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len, sm_sca
     out, lse: optional preallocated outputs (every element is written).
     No bounds check of the used index entries against the pools on this path (the reference raises).
     """
-    t, h_q, d = q.shape
-    h_kv, nb = _ref._check_index_pair(k_index, v_index, (None, None))
-    for name, x in (("k", k), ("v", v)):
-        _ref.check_shape(x, (t, h_kv, d), name)
-    _ref._check_pools(k_pool, v_pool, d)
-    _ref._check_gqa(h_q, h_kv)
-    if not isinstance(prefix_len, int) or not 0 <= prefix_len <= nb * BLOCK_SIZE:
-        raise ValueError(f"prefix_len must be an int in [0, {nb * BLOCK_SIZE}], got {prefix_len!r}")
+    t, h_q, d, h_kv, nb = _ref._check_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len)
     used = -(-prefix_len // BLOCK_SIZE)
     k_mode, v_mode = modes or block_modes(k_index, v_index, used)
     dev = q.device

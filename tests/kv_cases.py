@@ -63,5 +63,33 @@ def make_prefix(h_kv, d, prefix_len, p_k, p_v, dtype, gen, dev="cuda"):
     return pools[0], pools[1], indexes[0], indexes[1]
 
 
+def prefill_inputs(h_q, h_kv, d, dtype, t, prefix_len, p_k, p_v):
+    """Fresh random GPU prefill inputs: ``make_prefix`` pools and index maps, q/k/v of a ``t``-token
+    chunk and a scale (the default one, or 0.07 for odd prefixes)."""
+    import math
+
+    gen = torch.Generator(device="cuda")
+    gen.seed()
+    k_pool, v_pool, k_index, v_index = make_prefix(h_kv, d, prefix_len, p_k, p_v, dtype, gen)
+    q, k, v = (torch.randn(t, h, d, generator=gen, device="cuda").to(dtype) for h in (h_q, h_kv, h_kv))
+    scale = 1.0 / math.sqrt(d) if prefix_len % 2 == 0 else 0.07
+    return k_pool, v_pool, k_index, v_index, q, k, v, scale
+
+
+def interpret(script: str, cases: list, timeout: int = 900) -> list:
+    """Run ``script`` (argv: this directory, the JSON cases) under Triton's CPU interpreter in a fresh
+    process (it must be chosen before Triton decorates the kernels); return its last line's JSON."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, TRITON_INTERPRET="1", HS_KERNELS_NO_GPU="1")
+    proc = subprocess.run([sys.executable, "-c", script, os.path.dirname(__file__), json.dumps(cases)], env=env,
+                          capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 def rel_err(x, y):
     return ((x.float() - y.float()).norm() / y.float().norm().clamp_min(1e-30)).item()

@@ -6,11 +6,9 @@ ignored); every compiled mode (dense / sparse / mixed prefix, dense / compressed
 shipped tile shape (128 rows x 128 threads; 64 rows; 256 threads; P^T K-major) is covered.
 """
 
-import math
-
 import pytest
 import torch
-from kv_cases import make_prefix, rel_err
+from kv_cases import prefill_inputs, rel_err
 
 from hs_kernels import attention as ref
 from hs_kernels import gpu
@@ -55,13 +53,7 @@ def test_prefill_matches_reference(case):
     from hs_kernels import tl_prefill
 
     h_q, h_kv, d, dtype, t, prefix_len, p_k, p_v, chunk_s, knobs = case
-    gen = torch.Generator(device="cuda")
-    gen.seed()
-    k_pool, v_pool, k_index, v_index = make_prefix(h_kv, d, prefix_len, p_k, p_v, dtype, gen)
-    q = torch.randn(t, h_q, d, generator=gen, device="cuda").to(dtype)
-    k = torch.randn(t, h_kv, d, generator=gen, device="cuda").to(dtype)
-    v = torch.randn(t, h_kv, d, generator=gen, device="cuda").to(dtype)
-    scale = 1.0 / math.sqrt(d) if prefix_len % 2 == 0 else 0.07
+    k_pool, v_pool, k_index, v_index, q, k, v, scale = prefill_inputs(h_q, h_kv, d, dtype, t, prefix_len, p_k, p_v)
     chunk = None
     k_ref, v_ref = k, v
     if chunk_s is not None:

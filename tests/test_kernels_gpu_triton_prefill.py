@@ -8,11 +8,9 @@ written; every pool path
 ratios 1 / 4 / 7 / 8, with the prmt form of the 2:4 unpack and bfloat16.
 """
 
-import math
-
 import pytest
 import torch
-from kv_cases import make_prefix, rel_err
+from kv_cases import make_prefix, prefill_inputs, rel_err
 
 import hs_kernels
 from hs_kernels import attention as ref
@@ -54,13 +52,7 @@ def case_id(c):
 @pytest.mark.parametrize("case", CASES, ids=case_id)
 def test_triton_prefill_matches_reference(case):
     h_q, h_kv, d, dtype, t, prefix_len, p_k, p_v, opts = case
-    gen = torch.Generator(device="cuda")
-    gen.seed()
-    k_pool, v_pool, k_index, v_index = make_prefix(h_kv, d, prefix_len, p_k, p_v, dtype, gen)
-    q = torch.randn(t, h_q, d, generator=gen, device="cuda").to(dtype)
-    k = torch.randn(t, h_kv, d, generator=gen, device="cuda").to(dtype)
-    v = torch.randn(t, h_kv, d, generator=gen, device="cuda").to(dtype)
-    scale = 1.0 / math.sqrt(d) if prefix_len % 2 == 0 else 0.07
+    k_pool, v_pool, k_index, v_index, q, k, v, scale = prefill_inputs(h_q, h_kv, d, dtype, t, prefix_len, p_k, p_v)
     out = torch.full_like(q, float("nan"))
     lse = torch.full((t, h_q), float("nan"), device="cuda")
     gpu.triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len, scale, **opts, out=out, lse=lse)

@@ -8,12 +8,8 @@ mixed variant. Tokens past the prefix in its last block are NaN in the pools, de
 the kernel must not let them through.
 """
 
-import json
-import os
-import subprocess
-import sys
-
 import pytest
+from kv_cases import interpret
 
 pytest.importorskip("triton")
 
@@ -63,12 +59,7 @@ print(json.dumps(results))
 
 
 def test_triton_prefill_interpreted_matches_reference():
-    env = dict(os.environ, TRITON_INTERPRET="1", HS_KERNELS_NO_GPU="1")
-    here = os.path.dirname(__file__)
-    proc = subprocess.run([sys.executable, "-c", SCRIPT, here, json.dumps(CASES)], env=env,
-                          capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    results = json.loads(proc.stdout.strip().splitlines()[-1])
+    results = interpret(SCRIPT, CASES)
     assert len(results) == len(CASES)
     kinds = {tuple(r["kinds"]) for r in results}
     assert {(1, 1), (3, 3), (2, 2), (2, 1), (1, 2)} <= kinds  # every load path ran
