@@ -26,7 +26,7 @@ from .pool import BlockPool
 from .pruner import block_loss, element_mask
 
 _DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
-_DECODE_HEAD_DIMS = (64, 128, 256)
+_HEAD_DIMS = (64, 128, 256)
 _MAX_GROUP = 64
 _LOSS_MODE = "warp"  # compression loss summed per block in the kernel (see tl_compress.get_kernel)
 
@@ -53,7 +53,7 @@ def decode_supported(q: torch.Tensor, k_pool: BlockPool, v_pool: BlockPool, k_in
         triton_available() and q.is_cuda and q.dim() == 3 and q.dtype in _DTYPES
         and isinstance(k_pool, BlockPool) and isinstance(v_pool, BlockPool)
         and k_pool.dtype == q.dtype and v_pool.dtype == q.dtype and k_pool.dense.is_cuda
-        and q.shape[-1] in _DECODE_HEAD_DIMS and k_index.dim() == 3 and k_index.shape[1] >= 1
+        and q.shape[-1] in _HEAD_DIMS and k_index.dim() == 3 and k_index.shape[1] >= 1
         and q.shape[1] % k_index.shape[1] == 0 and q.shape[1] // k_index.shape[1] <= _MAX_GROUP
     )
 
@@ -68,7 +68,13 @@ def default_splits(batch: int, h_kv: int, max_blocks: int, device: torch.device)
 
 def _nonempty(x: torch.Tensor) -> torch.Tensor:
     """A pool tensor with at least one slot (an empty pool is never read, but needs a pointer)."""
-    return x if x.shape[0] else torch.zeros((1, *x.shape[1:]), dtype=x.dtype, device=x.device)
+    return x.contiguous() if x.shape[0] else torch.zeros((1, *x.shape[1:]), dtype=x.dtype, device=x.device)
+
+
+def _with_column(index: torch.Tensor) -> torch.Tensor:
+    """An index map with at least one column (an empty prefix is never read, but needs a pointer;
+    TileLang also checks packed strides)."""
+    return index.contiguous() if index.shape[-1] else torch.zeros((*index.shape[:-1], 1), dtype=index.dtype, device=index.device)
 
 
 def _pool_kinds(pool: BlockPool) -> int:
@@ -138,7 +144,7 @@ def prefill_supported(q: torch.Tensor, k: torch.Tensor, k_pool: BlockPool, v_poo
         triton_available() and q.is_cuda and q.dim() == 3 and q.dtype in _DTYPES and q.shape[0] > 0
         and isinstance(k_pool, BlockPool) and isinstance(v_pool, BlockPool)
         and k_pool.dtype == q.dtype and v_pool.dtype == q.dtype and k_pool.dense.is_cuda
-        and q.shape[-1] in _DECODE_HEAD_DIMS and k.dim() == 3 and k.shape[1] >= 1
+        and q.shape[-1] in _HEAD_DIMS and k.dim() == 3 and k.shape[1] >= 1
         and q.shape[1] % k.shape[1] == 0
     )
 
@@ -182,17 +188,16 @@ def triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len: int, s
     from .triton_blocks import LOG2E
 
     t, h_q, d = q.shape
-    h_kv, nb = k_index.shape
+    h_kv = k_index.shape[0]
     out = torch.empty_like(q) if out is None else out
     lse = torch.empty(t, h_q, dtype=torch.float32, device=q.device) if lse is None else lse
     k_mode, v_mode = _entry_kinds(k_index, v_index, -(-prefix_len // BLOCK_SIZE))
-    if nb == 0:  # no prefix: a pointer is still needed
-        k_index = v_index = torch.zeros(h_kv, 1, dtype=torch.int32, device=q.device)
+    k_index, v_index = _with_column(k_index), _with_column(v_index)
     tp.prefill_kernel[(-(-t // block_m), h_q)](
         q.contiguous(), k.contiguous(), v.contiguous(),
         _nonempty(k_pool.dense), _nonempty(k_pool.values), _nonempty(k_pool.meta),
         _nonempty(v_pool.dense), _nonempty(v_pool.values), _nonempty(v_pool.meta),
-        k_index.contiguous(), v_index.contiguous(), out, lse, scale * LOG2E, t, prefix_len, max(nb, 1),
+        k_index, v_index, out, lse, scale * LOG2E, t, prefix_len, k_index.shape[1],
         H_KV=h_kv, G=h_q // h_kv, D=d, BLOCK_M=block_m, K_MODE=k_mode, V_MODE=v_mode,
         PRMT=q.is_cuda, SELECT=select, num_warps=num_warps, num_stages=num_stages)
     return out, lse

@@ -351,9 +351,12 @@ import torch  # noqa: E402
 
 from . import attention as _ref  # noqa: E402
 from .format import BLOCK_SIZE, META_DTYPE, sparse_shapes  # noqa: E402
+from .gpu import _entry_kinds, _nonempty, _with_column  # noqa: E402
 from .pool import BlockPool  # noqa: E402
+from .triton_blocks import DENSE, SPARSE  # noqa: E402
 
 _DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
+_MODE_NAMES = {DENSE: "dense", SPARSE: "sparse", DENSE | SPARSE: "mixed"}  # of gpu._entry_kinds
 HEAD_DIMS = (64, 128)
 ROWS = 128
 THREADS = 128
@@ -373,29 +376,14 @@ def supported(q, k, v, k_pool, v_pool) -> bool:
     )
 
 
-def _nonempty(x: torch.Tensor) -> torch.Tensor:
-    """A tensor with at least one slot (an empty pool is never read, but needs a pointer)."""
-    return x.contiguous() if x.shape[0] else torch.zeros((1, *x.shape[1:]), dtype=x.dtype, device=x.device)
-
-
-def _with_column(index: torch.Tensor) -> torch.Tensor:
-    """An index map with at least one column (an empty prefix is never read; TileLang checks packed strides)."""
-    return index.contiguous() if index.shape[-1] else torch.zeros((*index.shape[:-1], 1), dtype=index.dtype, device=index.device)
-
-
 def block_modes(k_index: torch.Tensor, v_index: torch.Tensor, used: int) -> tuple[str, str]:
     """("dense" | "sparse" | "mixed") for the K and V entries of the first ``used`` blocks (one host sync)."""
-    if used == 0:
-        return "dense", "dense"
-    ki, vi = k_index[:, :used], v_index[:, :used]
-    flags = torch.stack([(ki >= 0).all(), (ki < 0).all(), (vi >= 0).all(), (vi < 0).all()]).tolist()
-    mode = lambda all_dense, all_sparse: "dense" if all_dense else ("sparse" if all_sparse else "mixed")  # noqa: E731
-    return mode(flags[0], flags[1]), mode(flags[2], flags[3])
+    return tuple(_MODE_NAMES[kind] for kind in _entry_kinds(k_index, v_index, used))
 
 
 def prefill_blocks(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len, sm_scale=None, chunk=None,
                    modes=None, rows=None, threads=None, stages=None, p_major=None, out=None, lse=None):
-    """The kernel behind ``prefill_attention`` with its knobs exposed (benchmarks, tests, the serving backend).
+    """The kernel behind ``prefill_attention`` with its knobs exposed (benchmarks, tests).
 
     chunk: None (the chunk's own tiles dense, from ``k``/``v``) or ``ChunkBlocks`` (``compress_chunk``):
       chunk tile ``c`` (tokens ``64c .. 64c+63`` of the chunk) is read from 2:4 slots where its chunk
@@ -431,7 +419,7 @@ def prefill_blocks(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len, sm_sca
            _nonempty(k_pool.dense), _nonempty(k_pool.values), _nonempty(k_pool.meta),
            _nonempty(v_pool.dense), _nonempty(v_pool.values), _nonempty(v_pool.meta),
            _with_column(k_index), _with_column(v_index),
-           _nonempty(kc_index.contiguous()), _nonempty(vc_index.contiguous()),
+           _nonempty(kc_index), _nonempty(vc_index),
            _nonempty(kc_vals), _nonempty(kc_meta), _nonempty(vc_vals), _nonempty(vc_meta),
            params, scale_log2, out, lse)
     return out, lse

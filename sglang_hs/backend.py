@@ -40,11 +40,15 @@ class HSAttnBackend(AttentionBackend):
             raise RuntimeError("attention backend 'hs' needs the hs KV pool; start through sglang_hs (plugin not loaded in this process?)")
         self.settings: HSSettings = self.pool.settings
         self._heads = {}
+        # streaming keys are read in whole pages (see _stream_keys): the sink's page-aligned end
+        self.sink_end = -(-self.settings.sink_tokens // BLOCK_SIZE) * BLOCK_SIZE
+        self._decode = None  # per decode step, shared by all layers (_decode_metadata)
 
     def init_forward_metadata(self, forward_batch):
         """Before an extend: protect the streaming pages each request reads (its window before the
         prefix may be shared). Before a decode step: a sequence whose last page just filled
-        compresses what left its window and gives back streaming pages no query can see."""
+        compresses what left its window and gives back streaming pages no query can see; then the
+        step's layer-independent reads are resolved once (``_decode_metadata``)."""
         mode = forward_batch.forward_mode
         rows = forward_batch.req_pool_indices.tolist()
         req_to_token = self.req_to_token_pool.req_to_token
@@ -61,6 +65,7 @@ class HSAttnBackend(AttentionBackend):
                 locs = req_to_token[row, :done].long()
                 self.pool.compress_sequence(locs, done)
                 self.pool.trim_stream(row, locs, done, running=True)
+        self._decode = self._decode_metadata(forward_batch)
 
     # ---- helpers ----
 
@@ -101,30 +106,43 @@ class HSAttnBackend(AttentionBackend):
         blocks = torch.where(sparse[..., None, None] & ~mask, torch.zeros((), dtype=x.dtype, device=x.device), blocks)
         return blocks.permute(1, 2, 0, 3).reshape(-1, *x.shape[1:])[prefix_len:seq_len]
 
+    def _window_start(self, first_q):
+        """Page-aligned start of the window a query at ``first_q`` (int or tensor) or later may need."""
+        return (first_q - self.settings.window_tokens + 1) // BLOCK_SIZE * BLOCK_SIZE
+
     def _stream_keys(self, store: LayerStore, locs: torch.Tensor, first_q: int, seq_len: int):
         """Streaming K/V/positions a query block starting at ``first_q`` may need: sink + window,
         both widened to whole pages so that each key's index modulo 64 is its position's (the
         reference then gives a query the same result however the prefill was chunked or cached;
         the extra keys are masked, and their pages are stored: sink page, window page)."""
-        sink = min(-(-self.settings.sink_tokens // BLOCK_SIZE) * BLOCK_SIZE, seq_len)
-        start = max(sink, (first_q - self.settings.window_tokens + 1) // BLOCK_SIZE * BLOCK_SIZE)
+        sink = min(self.sink_end, seq_len)
+        start = max(sink, self._window_start(first_q))
         pos = torch.cat((torch.arange(sink, device=locs.device), torch.arange(start, seq_len, device=locs.device)))
         rows = self.pool.stream_rows(locs[pos])
         return store.stream_k[rows], store.stream_v[rows], pos
 
-    def _stream_decode_keys(self, store: LayerStore, rows: torch.Tensor, seq_lens: torch.Tensor):
-        """``_stream_keys(n - 1, n)`` for every sequence of a decode batch at once, padded to one
-        length with empty keys (position -1) after each sequence's own: a key keeps its index, so a
-        sequence's result does not depend on the batch."""
-        sink = -(-self.settings.sink_tokens // BLOCK_SIZE) * BLOCK_SIZE
+    def _decode_metadata(self, forward_batch):
+        """What every layer of a decode step reads the same way: the pages of each sequence's blocks
+        ``[B, max_blocks]`` and, with streaming groups, ``_stream_keys(n - 1, n)`` for all sequences
+        at once as stream rows and positions ``[B, span]``, padded with empty keys (position -1)
+        after each sequence's own (a key keeps its index: a sequence's result does not depend on
+        the batch)."""
+        seq_lens = forward_batch.seq_lens
+        rows = forward_batch.req_pool_indices.long()
+        req_to_token = self.req_to_token_pool.req_to_token
+        max_blocks = -(-int(forward_batch.seq_lens_cpu.max()) // BLOCK_SIZE)
+        pages = req_to_token[rows, :max_blocks * BLOCK_SIZE:BLOCK_SIZE].long() // BLOCK_SIZE
+        pages = pages.clamp_(0, self.pool.num_pages - 1)  # rows past a sequence's end are not read
+        if not self.pool.has_stream:
+            return pages, None, None
+        sink = self.sink_end
         span = sink + -(-(self.settings.window_tokens + BLOCK_SIZE - 1) // BLOCK_SIZE) * BLOCK_SIZE
-        start = ((seq_lens - self.settings.window_tokens) // BLOCK_SIZE * BLOCK_SIZE).clamp(min=sink)[:, None]
+        start = self._window_start(seq_lens - 1).clamp(min=sink)[:, None]
         j = torch.arange(span, device=seq_lens.device)
         pos = torch.where(j < sink, j, start + j - sink)
         valid = pos < seq_lens[:, None]
-        locs = self.req_to_token_pool.req_to_token[rows[:, None], torch.where(valid, pos, 0)].long()
-        idx = self.pool.stream_rows(locs)
-        return store.stream_k[idx], store.stream_v[idx], torch.where(valid, pos, -1)
+        locs = req_to_token[rows[:, None], torch.where(valid, pos, 0)].long()
+        return pages, self.pool.stream_rows(locs), torch.where(valid, pos, -1)
 
     # ---- forward ----
 
@@ -172,23 +190,17 @@ class HSAttnBackend(AttentionBackend):
     def forward_decode(self, q, k, v, layer, forward_batch, save_kv_cache=True, **kwargs):
         store, q_, o, heads_r, heads_s = self._begin(q, k, v, layer, forward_batch, save_kv_cache)
         d = layer.qk_head_dim
-        req_to_token = self.req_to_token_pool.req_to_token
-        seq_lens = forward_batch.seq_lens_cpu.long()
-        seq_lens_dev = seq_lens.to(self.device)
-        rows = forward_batch.req_pool_indices.long()
+        seq_lens = forward_batch.seq_lens
+        pages, stream_rows, kpos = self._decode
         if store.n_r:
-            max_blocks = -(-int(seq_lens.max()) // BLOCK_SIZE)
-            pages = req_to_token[rows, :max_blocks * BLOCK_SIZE:BLOCK_SIZE].long() // BLOCK_SIZE
-            pages = pages.clamp_(0, self.pool.num_pages - 1)  # rows past a sequence's end are not read
             k_idx = store.index["k"][pages].permute(0, 2, 1).contiguous()
             v_idx = store.index["v"][pages].permute(0, 2, 1).contiguous()
-            out, _ = decode_attention(q_[:, heads_r], store.pools["k"], store.pools["v"], k_idx, v_idx, seq_lens_dev, layer.scaling)
+            out, _ = decode_attention(q_[:, heads_r], store.pools["k"], store.pools["v"], k_idx, v_idx, seq_lens, layer.scaling)
             o[:, heads_r] = out
         if store.n_s:
-            ks, vs, kpos = self._stream_decode_keys(store, rows, seq_lens_dev)
-            out, _ = streaming_attention(q_[:, None, heads_s], (seq_lens_dev - 1)[:, None], ks.to(q.dtype),
-                                         vs.to(q.dtype), kpos, self.settings.sink_tokens, self.settings.window_tokens,
-                                         layer.scaling)
+            out, _ = streaming_attention(q_[:, None, heads_s], (seq_lens - 1)[:, None], store.stream_k[stream_rows].to(q.dtype),
+                                         store.stream_v[stream_rows].to(q.dtype), kpos, self.settings.sink_tokens,
+                                         self.settings.window_tokens, layer.scaling)
             o[:, heads_s] = out[:, 0]
         return o.view(-1, layer.tp_q_head_num * d)
 

@@ -10,7 +10,7 @@ ratios 1 / 4 / 7 / 8, with the prmt form of the 2:4 unpack and bfloat16.
 
 import pytest
 import torch
-from kv_cases import make_prefix, prefill_inputs, rel_err
+from kv_cases import prefill_inputs, rel_err
 
 import hs_kernels
 from hs_kernels import attention as ref
@@ -70,12 +70,7 @@ def test_entry_point_runs_the_kernel_and_falls_back(monkeypatch):
     launches = []
     kernel_entry = gpu.triton_prefill
     monkeypatch.setattr(gpu, "triton_prefill", lambda *a, **kw: launches.append(1) or kernel_entry(*a, **kw))
-    gen = torch.Generator(device="cuda")
-    gen.seed()
-    k_pool, v_pool, k_index, v_index = make_prefix(8, 128, 390, 0.5, 0.5, torch.bfloat16, gen)
-    q = torch.randn(70, 32, 128, generator=gen, device="cuda").to(torch.bfloat16)
-    k = torch.randn(70, 8, 128, generator=gen, device="cuda").to(torch.bfloat16)
-    v = torch.randn(70, 8, 128, generator=gen, device="cuda").to(torch.bfloat16)
+    k_pool, v_pool, k_index, v_index, q, k, v, _ = prefill_inputs(32, 8, 128, torch.bfloat16, 70, 390, 0.5, 0.5)
     out, lse = hs_kernels.prefill_attention(q, k, v, k_pool, v_pool, k_index, v_index, 390)
     assert launches == [1]
     o_ref, l_ref = ref.prefill_attention(q, k, v, k_pool, v_pool, k_index, v_index, 390)
