@@ -5,8 +5,8 @@ Pure PyTorch, device-agnostic; imports only torch. The block format is specified
 """
 
 from . import format, gpu
-from .attention import merge_attention, streaming_attention
-from .gpu import compress_magnitude, decode_attention, prefill_attention  # GPU kernels on CUDA, else the reference
+from .attention import merge_attention
+from .gpu import compress_magnitude, decode_attention, prefill_attention, streaming_attention  # GPU kernels on CUDA, else the reference
 from .compressed_kv import CompressedKV, compress_sequence, to_blocks
 from .compressor import compress_24, compress_blocks, decompress_24, decompress_blocks
 from .format import (

@@ -104,24 +104,7 @@ def streaming_attention(q: torch.Tensor, q_pos: torch.Tensor, k: torch.Tensor, v
     (``j < sink_tokens`` or ``j > p - window_tokens``): the window includes the query itself.
     Returns ``out [B, T, H_q, D]`` (q's dtype) and ``lse [B, T, H_q]`` (float32).
     """
-    check_value_dtype(q, "q")
-    if q.dim() != 4:
-        raise ValueError(f"q must have shape [batch, tokens, H_q, head_dim], got {list(q.shape)}")
-    b, t, _, d = q.shape
-    if k.dim() != 4:
-        raise ValueError(f"k must have shape [batch, slots, H_kv, head_dim], got {list(k.shape)}")
-    n, h_kv = k.shape[1], k.shape[2]
-    for name, x in (("k", k), ("v", v)):
-        check_value_dtype(x, name)
-        check_shape(x, (b, n, h_kv, d), name)
-    _check_gqa(q.shape[2], h_kv)
-    for name, x, shape in (("q_pos", q_pos, (b, t)), ("k_pos", k_pos, (b, n))):
-        if x.dtype.is_floating_point or x.dtype == torch.bool:
-            raise TypeError(f"{name} must be an integer tensor, got {x.dtype}")
-        check_shape(x, shape, name)
-    for name, val in (("sink_tokens", sink_tokens), ("window_tokens", window_tokens)):
-        if not isinstance(val, int) or val < 0:
-            raise ValueError(f"{name} must be an int >= 0, got {val!r}")
+    _check_streaming(q, q_pos, k, v, k_pos, sink_tokens, window_tokens)
     qp, kp = q_pos.long()[:, :, None], k_pos.long()[:, None, :]
     allowed = (kp >= 0) & (kp <= qp) & ((kp < sink_tokens) | (kp > qp - window_tokens))  # [B, T, N]
     out, lse = _attend(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), allowed, _scale(sm_scale, q),
@@ -248,6 +231,27 @@ def _check_pools(k_pool: BlockPool, v_pool: BlockPool, head_dim: int) -> None:
         raise ValueError(f"k_pool must hold operand 'k' and v_pool 'v', got {k_pool.operand!r}, {v_pool.operand!r}")
     if k_pool.head_dim != head_dim or v_pool.head_dim != head_dim:
         raise ValueError(f"pool head_dim ({k_pool.head_dim}, {v_pool.head_dim}) must equal q head_dim {head_dim}")
+
+
+def _check_streaming(q, q_pos, k, v, k_pos, sink_tokens, window_tokens) -> None:
+    check_value_dtype(q, "q")
+    if q.dim() != 4:
+        raise ValueError(f"q must have shape [batch, tokens, H_q, head_dim], got {list(q.shape)}")
+    b, t, _, d = q.shape
+    if k.dim() != 4:
+        raise ValueError(f"k must have shape [batch, slots, H_kv, head_dim], got {list(k.shape)}")
+    n, h_kv = k.shape[1], k.shape[2]
+    for name, x in (("k", k), ("v", v)):
+        check_value_dtype(x, name)
+        check_shape(x, (b, n, h_kv, d), name)
+    _check_gqa(q.shape[2], h_kv)
+    for name, x, shape in (("q_pos", q_pos, (b, t)), ("k_pos", k_pos, (b, n))):
+        if x.dtype.is_floating_point or x.dtype == torch.bool:
+            raise TypeError(f"{name} must be an integer tensor, got {x.dtype}")
+        check_shape(x, shape, name)
+    for name, val in (("sink_tokens", sink_tokens), ("window_tokens", window_tokens)):
+        if not isinstance(val, int) or val < 0:
+            raise ValueError(f"{name} must be an int >= 0, got {val!r}")
 
 
 def _check_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len) -> tuple[int, int, int, int, int]:

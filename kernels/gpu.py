@@ -5,6 +5,7 @@ returns the same results; it runs the Triton kernel (``triton_decode``) when the
 float16/bfloat16 tensors with a supported shape, else the reference.
 ``prefill_attention`` likewise runs the Triton prefill kernel (``triton_prefill``); the TileLang
 Trans-Both kernel on sparse tensor cores (``tl_prefill``) is slower so far and only benchmarked.
+``streaming_attention`` (sink + window, the streaming groups) runs ``triton_stream``.
 ``compress_magnitude`` is the fused pruner + compressor (TileLang, ``tl_compress``), with a PyTorch
 fallback. ``triton`` and ``tilelang`` are imported lazily, only on CUDA: this module imports on any
 machine. Kernels are compiled once per (heads, head_dim, dtype, pool kinds) and cached per process;
@@ -203,6 +204,54 @@ def triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len: int, s
     return out, lse
 
 
+def streaming_supported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
+    """Whether ``streaming_attention`` runs the GPU kernel for these inputs (else the reference)."""
+    return (
+        triton_available() and q.is_cuda and q.dim() == 4 and q.dtype in _DTYPES and q.shape[-1] in _HEAD_DIMS
+        and k.dim() == 4 and k.dtype == q.dtype and v.dtype == q.dtype and k.shape[2] >= 1
+        and q.shape[2] % k.shape[2] == 0 and q.shape[0] * q.shape[1] > 0
+    )
+
+
+def streaming_attention(q: torch.Tensor, q_pos: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                        k_pos: torch.Tensor, sink_tokens: int, window_tokens: int,
+                        sm_scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``hs_kernels.attention.streaming_attention`` on the Triton kernel (``triton_stream``) where
+    supported (CUDA float16/bfloat16, k and v in q's dtype, head_dim 64/128/256), else the reference.
+    Keys may come in any order; the kernel skips 64-key blocks no query of a tile can see, so it is
+    fastest when positions ascend along the keys (sink, then window, as the serving backend passes them)."""
+    if not streaming_supported(q, k, v):
+        return _ref.streaming_attention(q, q_pos, k, v, k_pos, sink_tokens, window_tokens, sm_scale)
+    _ref._check_streaming(q, q_pos, k, v, k_pos, sink_tokens, window_tokens)
+    return triton_streaming(q, q_pos, k, v, k_pos, sink_tokens, window_tokens, _ref._scale(sm_scale, q))
+
+
+def triton_streaming(q, q_pos, k, v, k_pos, sink_tokens: int, window_tokens: int, scale: float,
+                     block_m: int | None = None, num_warps: int = 4, num_stages: int = 2, out=None, lse=None):
+    """Launch the Triton streaming kernel on checked inputs (also under Triton's CPU interpreter).
+    ``block_m``: rows (query token x query head of a group) per program, a power of two >= 16;
+    default: the rows of the call up to 128. ``out [B, T, H_q, D]`` / ``lse [B, T, H_q]`` float32:
+    optional output buffers (tests pass poisoned ones)."""
+    from . import triton_stream as ts
+    from .triton_blocks import LOG2E
+
+    b, t, h_q, d = q.shape
+    n, h_kv = k.shape[1], k.shape[2]
+    g = h_q // h_kv
+    block_m = block_m or min(128, max(16, _next_pow2(t * g)))
+    out = torch.empty_like(q) if out is None else out
+    lse = torch.empty(b, t, h_q, dtype=torch.float32, device=q.device) if lse is None else lse
+    n_blocks = -(-n // BLOCK_SIZE)
+    kp = torch.nn.functional.pad(k_pos.to(torch.int32), (0, n_blocks * BLOCK_SIZE - n), value=-1).view(b, n_blocks, -1)
+    block_lo = torch.where(kp >= 0, kp, torch.iinfo(torch.int32).max).amin(-1).contiguous()
+    block_hi = kp.amax(-1).contiguous()
+    ts.stream_kernel[(-(-t * g // block_m), h_kv, b)](
+        q.contiguous(), q_pos.to(torch.int32).contiguous(), k.contiguous(), v.contiguous(),
+        k_pos.to(torch.int32).contiguous(), block_lo, block_hi, out, lse, scale * LOG2E, t, n, n_blocks,
+        sink_tokens, window_tokens, H_KV=h_kv, G=g, D=d, BLOCK_M=block_m, num_warps=num_warps, num_stages=num_stages)
+    return out, lse
+
+
 def _next_pow2(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
@@ -249,4 +298,4 @@ def compress_magnitude(blocks: torch.Tensor, operand: str, values: torch.Tensor 
 
 
 __all__ = ["tilelang_available", "triton_available", "decode_supported", "decode_attention", "prefill_supported",
-           "prefill_attention", "compress_magnitude", "default_splits"]
+           "prefill_attention", "streaming_supported", "streaming_attention", "compress_magnitude", "default_splits"]

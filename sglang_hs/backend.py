@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 
 import torch
+from torch.profiler import record_function
 from hs_kernels import (
     BLOCK_SIZE,
     block_loss,
@@ -90,6 +91,7 @@ class HSAttnBackend(AttentionBackend):
             d = layer.qk_head_dim
             self.pool.write(layer.layer_id, forward_batch.out_cache_loc, k.view(-1, layer.tp_k_head_num, d), v.view(-1, layer.tp_k_head_num, d))
 
+    @record_function("hs.prune_chunk")
     def _prune_chunk(self, x: torch.Tensor, op: str, prefix_len: int, seq_len: int) -> torch.Tensor:
         """The chunk's own K or V ``[t, n_r, D]`` as prefill attention sees it (prefill sparsity)."""
         cfg = self.settings.prefill
@@ -110,6 +112,7 @@ class HSAttnBackend(AttentionBackend):
         """Page-aligned start of the window a query at ``first_q`` (int or tensor) or later may need."""
         return (first_q - self.settings.window_tokens + 1) // BLOCK_SIZE * BLOCK_SIZE
 
+    @record_function("hs.stream_keys")
     def _stream_keys(self, store: LayerStore, locs: torch.Tensor, first_q: int, seq_len: int):
         """Streaming K/V/positions a query block starting at ``first_q`` may need: sink + window,
         both widened to whole pages so that each key's index modulo 64 is its position's (the
@@ -121,6 +124,7 @@ class HSAttnBackend(AttentionBackend):
         rows = self.pool.stream_rows(locs[pos])
         return store.stream_k[rows], store.stream_v[rows], pos
 
+    @record_function("hs.decode_metadata")
     def _decode_metadata(self, forward_batch):
         """What every layer of a decode step reads the same way: the pages of each sequence's blocks
         ``[B, max_blocks]`` and, with streaming groups, ``_stream_keys(n - 1, n)`` for all sequences
@@ -154,6 +158,7 @@ class HSAttnBackend(AttentionBackend):
         q_ = q.reshape(-1, layer.tp_q_head_num, layer.qk_head_dim)
         return store, q_, torch.empty_like(q_), *self._query_heads(layer, store)
 
+    @record_function("hs.forward_extend")
     def forward_extend(self, q, k, v, layer, forward_batch, save_kv_cache=True, **kwargs):
         store, q_, o, heads_r, heads_s = self._begin(q, k, v, layer, forward_batch, save_kv_cache)
         d = layer.qk_head_dim
@@ -175,18 +180,22 @@ class HSAttnBackend(AttentionBackend):
                 v_idx = store.index["v"][pages].t().contiguous()
                 kc = self._prune_chunk(ki[:, store.retrieval], "k", p, n)
                 vc = self._prune_chunk(vi[:, store.retrieval], "v", p, n)
-                out, _ = prefill_attention(qi[:, heads_r], kc, vc, store.pools["k"], store.pools["v"],
-                                           k_idx, v_idx, p, layer.scaling)
+                with record_function("hs.retrieval_attention"):
+                    out, _ = prefill_attention(qi[:, heads_r], kc, vc, store.pools["k"], store.pools["v"],
+                                               k_idx, v_idx, p, layer.scaling)
                 o[start:start + t, heads_r] = out
             if store.n_s:
                 ks, vs, kpos = self._stream_keys(store, locs, p, n)
                 qpos = torch.arange(p, n, device=q.device)
-                out, _ = streaming_attention(qi[None, :, heads_s], qpos[None], ks[None].to(q.dtype), vs[None].to(q.dtype),
-                                             kpos[None], self.settings.sink_tokens, self.settings.window_tokens, layer.scaling)
+                with record_function("hs.streaming_attention"):
+                    out, _ = streaming_attention(qi[None, :, heads_s], qpos[None], ks[None].to(q.dtype), vs[None].to(q.dtype),
+                                                 kpos[None], self.settings.sink_tokens, self.settings.window_tokens,
+                                                 layer.scaling)
                 o[start:start + t, heads_s] = out[0]
             start += t
         return o.view(-1, layer.tp_q_head_num * d)
 
+    @record_function("hs.forward_decode")
     def forward_decode(self, q, k, v, layer, forward_batch, save_kv_cache=True, **kwargs):
         store, q_, o, heads_r, heads_s = self._begin(q, k, v, layer, forward_batch, save_kv_cache)
         d = layer.qk_head_dim
@@ -195,12 +204,15 @@ class HSAttnBackend(AttentionBackend):
         if store.n_r:
             k_idx = store.index["k"][pages].permute(0, 2, 1).contiguous()
             v_idx = store.index["v"][pages].permute(0, 2, 1).contiguous()
-            out, _ = decode_attention(q_[:, heads_r], store.pools["k"], store.pools["v"], k_idx, v_idx, seq_lens, layer.scaling)
+            with record_function("hs.retrieval_attention"):
+                out, _ = decode_attention(q_[:, heads_r], store.pools["k"], store.pools["v"], k_idx, v_idx, seq_lens,
+                                          layer.scaling)
             o[:, heads_r] = out
         if store.n_s:
-            out, _ = streaming_attention(q_[:, None, heads_s], (seq_lens - 1)[:, None], store.stream_k[stream_rows].to(q.dtype),
-                                         store.stream_v[stream_rows].to(q.dtype), kpos, self.settings.sink_tokens,
-                                         self.settings.window_tokens, layer.scaling)
+            with record_function("hs.streaming_attention"):
+                out, _ = streaming_attention(q_[:, None, heads_s], (seq_lens - 1)[:, None],
+                                             store.stream_k[stream_rows].to(q.dtype), store.stream_v[stream_rows].to(q.dtype),
+                                             kpos, self.settings.sink_tokens, self.settings.window_tokens, layer.scaling)
             o[:, heads_s] = out[:, 0]
         return o.view(-1, layer.tp_q_head_num * d)
 

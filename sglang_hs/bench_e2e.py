@@ -3,6 +3,7 @@
     python -m sglang_hs.bench_e2e --out DIR [--shape llama-3.1-8b | --model PREPARED]
         [--contexts 32768,65536,131072] [--batches 1,8] [--output-tokens 32]
         [--prefix 32768 --questions 4] [--device cuda] [--stock-backend triton] [--mem-fraction 0.85]
+        [--profile-steps N]
 
 ``--shape llama-3.1-8b`` writes a config-only checkpoint with Llama-3.1-8B's shapes and a hierasparse
 section marking the first half of every layer's KV groups retrieval; both servers load it with
@@ -13,6 +14,9 @@ every cold measurement. Per engine: time to first token and per output token at 
 batch, throughput, KV bytes per token and the pool's token capacity (``/server_info``), and a
 prefix-reuse run (one cold request on a shared prefix, then ``--questions`` cached ones).
 Writes ``results.json`` and ``results.md`` under ``--out`` and prints the markdown.
+``--profile-steps N``: after its measurements each engine profiles N forward steps (prefill chunks
+and decode steps) of one request at the first context with SGLang's torch profiler
+(``/start_profile``); ``profile-ENGINE.md`` sums the trace (``trace_summary``).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from .server_process import ServerProcess, call, flush_cache
+from .trace_summary import summarize
 
 LLAMA_31_8B = {
     "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336,
@@ -97,6 +102,24 @@ def prefix_run(url: str, prefix: list[int], questions: list[list[int]], new_toke
             "cached_tokens": [r["cached_tokens"] for r in cached]}
 
 
+def profile_run(url: str, out_dir: Path, ids: list[int], steps: int, timeout_s: float = 900) -> str:
+    """Profile the first ``steps`` forward steps of one request; return the trace summary."""
+    flush_cache(url)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    status, body = call(url + "/start_profile", {"output_dir": str(out_dir), "num_steps": steps,
+                                                 "activities": ["CPU", "GPU"]}, timeout=120)
+    if status != 200:
+        raise RuntimeError(f"/start_profile answered {status}: {str(body)[:200]}")
+    stream_one(url, ids, steps)
+    deadline = time.monotonic() + timeout_s
+    while not (traces := sorted(out_dir.glob("*.trace.json.gz"))):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"no trace in {out_dir} after {timeout_s:.0f} s")
+        time.sleep(2)
+    time.sleep(5)  # the exporter may still be writing
+    return summarize(traces[-1])
+
+
 def kv_info(url: str, engine: str, config: dict, value_bytes: int) -> dict:
     """Pool capacity in tokens (what SGLang sized the pool to) and KV bytes per token: stock's dense
     formula; for hs the pool bytes over the capacity, and the bytes actually stored per cached token
@@ -136,6 +159,14 @@ def measure(engine: str, url: str, args, config: dict, rng: random.Random) -> di
     prefix = tokens(args.prefix)
     out["prefix"] = prefix_run(url, prefix, [tokens(64) for _ in range(args.questions + 1)], args.output_tokens)
     out["kv"] = kv_info(url, engine, config, 2 if args.dtype in ("bfloat16", "float16") else 4)
+    if args.profile_steps:
+        try:
+            text = profile_run(url, Path(args.out) / f"profile-{engine}", tokens(args.contexts[0] - args.profile_steps),
+                               args.profile_steps)
+            (Path(args.out) / f"profile-{engine}.md").write_text(text + "\n")
+            print(text, file=sys.stderr, flush=True)
+        except Exception as e:
+            out["profile_error"] = f"{type(e).__name__}: {str(e)[:200]}"
     return out
 
 
@@ -197,6 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mem-fraction", type=float, default=0.85)
     ap.add_argument("--engines", default="stock,hs")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--profile-steps", type=int, default=0, help="profile this many forward steps per engine (0: off)")
     ap.add_argument("extra", nargs="*", help="more SGLang server flags for both engines (after --)")
     args = ap.parse_args(argv)
     args.contexts = [int(x) for x in args.contexts.split(",")]

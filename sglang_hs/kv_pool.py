@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 
 import torch
+from torch.profiler import record_function
 from hs_kernels import BLOCK_SIZE, NO_BLOCK, BlockPool, is_sparse, new_index_map, prune_blocks, slot_of
 from sglang.srt.mem_cache.memory_pool import KVCache
 
@@ -231,6 +232,7 @@ class HSKVPool(KVCache):
         if self.has_stream:
             self._set_live(row, (locs[:num_tokens:BLOCK_SIZE] // BLOCK_SIZE)[live_pages(first_query, num_tokens, self.settings.window_tokens)].clone())
 
+    @record_function("hs.trim_stream")
     def trim_stream(self, row: int, locs: torch.Tensor, num_tokens: int, running: bool) -> int:
         """Take back the stream slots of this sequence's pages that no query can see any more; return how many.
         ``running``: the request continues at ``num_tokens`` (its window stays registered)."""
@@ -266,6 +268,7 @@ class HSKVPool(KVCache):
         stored = self.stream_index[locs[::BLOCK_SIZE] // BLOCK_SIZE] != NO_BLOCK
         return reusable_pages(stored.cpu(), self.settings.sink_tokens, self.settings.window_tokens) * BLOCK_SIZE
 
+    @record_function("hs.compress_sequence")
     def compress_sequence(self, locs: torch.Tensor, num_tokens: int) -> int:
         """Compress one sequence's blocks (token locs ``[num_tokens]``) per the decode sparsity."""
         if num_tokens < BLOCK_SIZE:
@@ -284,6 +287,7 @@ class HSKVPool(KVCache):
         d = self.head_dim
         self.write(layer_id, loc, cache_k.view(-1, self.head_num, d), cache_v.view(-1, self.head_num, d))
 
+    @record_function("hs.write")
     def write(self, layer_id: int, locs: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
         store = self.layer(layer_id)
         store.write(locs, k, v, self.stream_rows(locs) if store.n_s else None)

@@ -93,3 +93,37 @@ def interpret(script: str, cases: list, timeout: int = 900) -> list:
 
 def rel_err(x, y):
     return ((x.float() - y.float()).norm() / y.float().norm().clamp_min(1e-30)).item()
+
+
+def stream_case(layout, b, t, n, h_q, h_kv, d, sink, window, dtype, gen, device):
+    """Streaming-attention inputs ``(q, q_pos, k, v, k_pos)`` in one of the key layouts:
+      * "backend": one sequence as the serving backend passes it, with a prefix of ``n`` tokens
+        (the chunk queries are positions n .. n + t - 1): sink page(s), the page-aligned window
+        before the chunk, the chunk;
+      * "decode": ``b`` sequences of different lengths, one query each at its last position, ``n``
+        key slots (sink, window), padded with empties (-1) after each sequence's own;
+      * "shuffled": ``n`` distinct positions in random order, a quarter of the slots empty;
+      * "unseen": every key after every query."""
+    if layout == "backend":
+        sink_end = -(-sink // 64) * 64
+        start = max(sink_end, (n - window + 1) // 64 * 64)
+        pos = torch.cat((torch.arange(min(sink_end, n + t)), torch.arange(start, n + t)))
+        k_pos, q_pos = pos[None], torch.arange(n, n + t)[None]
+    elif layout == "decode":
+        lens = torch.randint(1, 4 * n, (b,), generator=gen)
+        sink_end = -(-sink // 64) * 64
+        j = torch.arange(n)
+        start = ((lens - window) // 64 * 64).clamp(min=sink_end)[:, None]
+        pos = torch.where(j < sink_end, j, start + j - sink_end)
+        k_pos, q_pos = torch.where(pos < lens[:, None], pos, -1), (lens - 1)[:, None]
+    elif layout == "shuffled":
+        k_pos = torch.stack([torch.randperm(2 * n, generator=gen)[:n] for _ in range(b)])
+        k_pos[torch.rand(b, n, generator=gen) < 0.25] = -1
+        q_pos = torch.stack([torch.randperm(2 * n, generator=gen)[:t] for _ in range(b)])
+    else:
+        q_pos = torch.arange(t)[None].expand(b, t)
+        k_pos = (t + torch.arange(n))[None].expand(b, n)
+    b, n = k_pos.shape
+    q = torch.randn(b, t, h_q, d, generator=gen).to(dtype)
+    k, v = (torch.randn(b, n, h_kv, d, generator=gen).to(dtype) for _ in range(2))
+    return q.to(device), q_pos.to(device), k.to(device), v.to(device), k_pos.to(device)

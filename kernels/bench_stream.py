@@ -1,0 +1,48 @@
+"""GPU benchmark of the streaming-group attention (sink + window) at the serving shapes, one table.
+
+    python -m hs_kernels.bench_stream
+
+Llama-3.1-8B's streaming half (16 query heads, 4 KV groups, d 128, bf16), sink 128, window 256,
+keys laid out as the serving backend passes them (sink page, page-aligned window, chunk):
+a prefill chunk of 8192 queries after a 24576-token prefix, and decode at B = 8 (32K contexts).
+Rows: the Triton kernel and the PyTorch reference it replaced on the serving path.
+Timing: triton.testing.do_bench (median).
+"""
+
+import torch
+
+from hs_kernels import attention as ref
+from hs_kernels import gpu
+
+H_Q, H_KV, D, SINK, WINDOW = 16, 4, 128, 128, 256
+
+
+def keys_for(first_q: int, seq_len: int) -> torch.Tensor:
+    """Key positions the backend passes for queries from ``first_q``: sink page, page-aligned window, the rest."""
+    start = max(SINK, (first_q - WINDOW + 1) // 64 * 64)
+    return torch.cat((torch.arange(SINK), torch.arange(start, seq_len)))
+
+
+def main():
+    import triton.testing
+
+    cases = []
+    k_pos = keys_for(24576, 32768)[None]
+    cases.append(("prefill 8192 @ 24576", torch.arange(24576, 32768)[None], k_pos))
+    cases.append(("decode B=8 @ 32K", torch.full((8, 1), 32767), keys_for(32767, 32768)[None].expand(8, -1)))
+    rows = []
+    for name, q_pos, k_pos in cases:
+        (b, t), n = q_pos.shape, k_pos.shape[1]
+        q = torch.randn(b, t, H_Q, D, device="cuda", dtype=torch.bfloat16)
+        k, v = (torch.randn(b, n, H_KV, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+        q_pos, k_pos = q_pos.cuda(), k_pos.cuda()
+        for label, fn in (("triton", lambda: gpu.triton_streaming(q, q_pos, k, v, k_pos, SINK, WINDOW, D ** -0.5)),
+                          ("reference", lambda: ref.streaming_attention(q, q_pos, k, v, k_pos, SINK, WINDOW, D ** -0.5))):
+            rows.append((name, label, triton.testing.do_bench(fn, warmup=5, rep=40, return_mode="median")))
+    print(f"{'case':24s} {'impl':10s} {'ms':>9s}")
+    for name, label, ms in rows:
+        print(f"{name:24s} {label:10s} {ms:9.3f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,64 @@
+"""Where the time went: a torch-profiler Chrome trace (SGLang's /start_profile) summed by name.
+
+    python -m sglang_hs.trace_summary TRACE.json[.gz] [--top 15]
+
+Three tables: the ``hs.*`` ranges the backend and pool mark (``torch.profiler.record_function``,
+host wall time, so they include waits for the GPU), GPU kernels and the host-side aten ops, each
+with total ms, calls and share of the profiled span.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+from collections import defaultdict
+from pathlib import Path
+
+TABLES = (("hs ranges (host)", lambda e: e.get("cat") == "user_annotation" and e["name"].startswith("hs.")),
+          ("GPU kernels", lambda e: e.get("cat") == "kernel"),
+          ("host ops", lambda e: e.get("cat") == "cpu_op"))
+
+
+def load_events(path: Path) -> list[dict]:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt") as f:
+        data = json.load(f)
+    events = data["traceEvents"] if isinstance(data, dict) else data
+    return [e for e in events if e.get("ph") == "X" and "dur" in e]
+
+
+def summarize(path: Path, top: int = 15) -> str:
+    events = load_events(path)
+    if not events:
+        raise ValueError(f"{path}: no complete events in the trace")
+    span_ms = (max(e["ts"] + e["dur"] for e in events) - min(e["ts"] for e in events)) / 1e3
+    lines = [f"Trace {path.name}: {len(events)} events over {span_ms:.1f} ms", ""]
+    for title, keep in TABLES:
+        total, calls = defaultdict(float), defaultdict(int)
+        for e in events:
+            if keep(e):
+                total[e["name"]] += e["dur"] / 1e3
+                calls[e["name"]] += 1
+        lines += [f"| {title} | ms | calls | % of span |", "|---|---|---|---|"]
+        for name, ms in sorted(total.items(), key=lambda kv: -kv[1])[:top]:
+            short = name if len(name) <= 70 else name[:67] + "..."
+            lines.append(f"| {short.replace('|', '/')} | {ms:.1f} | {calls[name]} | {100 * ms / span_ms:.1f} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("trace", type=Path)
+    ap.add_argument("--top", type=int, default=15)
+    args = ap.parse_args(argv)
+    try:
+        print(summarize(args.trace, args.top))
+    except (OSError, ValueError, KeyError, json.JSONDecodeError) as e:
+        raise SystemExit(f"trace_summary: {e}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
