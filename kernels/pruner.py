@@ -120,6 +120,13 @@ def eligible_blocks(num_tokens: int, sink_tokens: int, window_tokens: int, devic
     return (start >= sink_tokens) & (end <= num_tokens - window_tokens) & (end <= num_tokens)
 
 
+def num_eligible_blocks(num_tokens: int, sink_tokens: int, window_tokens: int) -> int:
+    """``int(eligible_blocks(...).sum())`` computed on the host (no device sync)."""
+    first = -(-sink_tokens // BLOCK_SIZE)
+    stop = min((num_tokens - window_tokens) // BLOCK_SIZE, num_tokens // BLOCK_SIZE)
+    return max(0, stop - first)
+
+
 def num_sparse_blocks(num_eligible: int, sparsity: float) -> int:
     """How many of ``num_eligible`` blocks become sparse at ``sparsity``: round half up of S * n."""
     return min(num_eligible, math.floor(sparsity * num_eligible + 0.5))
@@ -139,7 +146,7 @@ def select_sparse_blocks(loss: torch.Tensor, num_tokens: int, sparsity: float,
     if not 0.0 <= sparsity <= 1.0:
         raise ValueError(f"sparsity must be in [0, 1], got {sparsity}")
     eligible = eligible_blocks(num_tokens, sink_tokens, window_tokens, loss.device)
-    k = num_sparse_blocks(int(eligible.sum()), sparsity)
+    k = num_sparse_blocks(num_eligible_blocks(num_tokens, sink_tokens, window_tokens), sparsity)
     # order by (not eligible, loss, index): stable sorts, least significant key first
     order = torch.argsort(loss.float(), dim=-1, stable=True)
     order = torch.gather(order, -1, torch.argsort((~eligible)[order].to(torch.int8), dim=-1, stable=True))

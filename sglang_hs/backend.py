@@ -12,6 +12,7 @@ Query heads follow their KV group (GQA). The two halves write disjoint query hea
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 from torch.profiler import record_function
@@ -27,8 +28,21 @@ from hs_kernels import (
 )
 from sglang.srt.layers.attention.base_attn_backend import AttentionBackend
 
-from .kv_pool import HSKVPool, LayerStore
+from .kv_pool import HSKVPool, LayerStore, head_index
 from .settings import HSSettings
+
+
+class ExtendSeq(NamedTuple):
+    """One sequence of an extend batch: its rows ``[start, start + length)`` of the batch, at
+    positions ``prefix ..``; the pages of its cached prefix; streaming keys (stream rows and
+    positions) and query positions."""
+    start: int
+    prefix: int
+    length: int
+    pages: torch.Tensor
+    stream_rows: torch.Tensor | None
+    kpos: torch.Tensor | None
+    qpos: torch.Tensor
 
 
 class HSAttnBackend(AttentionBackend):
@@ -41,9 +55,10 @@ class HSAttnBackend(AttentionBackend):
             raise RuntimeError("attention backend 'hs' needs the hs KV pool; start through sglang_hs (plugin not loaded in this process?)")
         self.settings: HSSettings = self.pool.settings
         self._heads = {}
-        # streaming keys are read in whole pages (see _stream_keys): the sink's page-aligned end
+        # streaming keys are read in whole pages (see _extend_metadata): the sink's page-aligned end
         self.sink_end = -(-self.settings.sink_tokens // BLOCK_SIZE) * BLOCK_SIZE
         self._decode = None  # per decode step, shared by all layers (_decode_metadata)
+        self._extend: list[ExtendSeq] = []  # per extend, likewise (_extend_metadata)
 
     def init_forward_metadata(self, forward_batch):
         """Before an extend: protect the streaming pages each request reads (its window before the
@@ -54,9 +69,14 @@ class HSAttnBackend(AttentionBackend):
         rows = forward_batch.req_pool_indices.tolist()
         req_to_token = self.req_to_token_pool.req_to_token
         if mode.is_extend():
+            self._extend = []
+            start = 0
             for row, p, t in zip(rows, forward_batch.extend_prefix_lens_cpu, forward_batch.extend_seq_lens_cpu):
-                p, n = int(p), int(p) + int(t)
-                self.pool.register_window(row, req_to_token[row, :n].long(), p, n)
+                p, t = int(p), int(t)
+                locs = req_to_token[row, :p + t].long()
+                self.pool.register_window(row, locs, p, p + t)
+                self._extend.append(self._extend_metadata(locs, start, p, t))
+                start += t
             return
         if not mode.is_decode():
             return
@@ -75,8 +95,7 @@ class HSAttnBackend(AttentionBackend):
         key = layer.layer_id
         if key not in self._heads:
             gs = layer.tp_q_head_num // layer.tp_k_head_num
-            heads = lambda groups: (groups[:, None] * gs + torch.arange(gs)).reshape(-1)  # noqa: E731
-            self._heads[key] = (heads(store.retrieval), heads(store.streaming))
+            self._heads[key] = tuple(head_index(g, gs, self.device) for g in (store.groups.retrieval, store.groups.streaming))
         return self._heads[key]
 
     @staticmethod
@@ -112,25 +131,30 @@ class HSAttnBackend(AttentionBackend):
         """Page-aligned start of the window a query at ``first_q`` (int or tensor) or later may need."""
         return (first_q - self.settings.window_tokens + 1) // BLOCK_SIZE * BLOCK_SIZE
 
-    @record_function("hs.stream_keys")
-    def _stream_keys(self, store: LayerStore, locs: torch.Tensor, first_q: int, seq_len: int):
-        """Streaming K/V/positions a query block starting at ``first_q`` may need: sink + window,
-        both widened to whole pages so that each key's index modulo 64 is its position's (the
-        reference then gives a query the same result however the prefill was chunked or cached;
-        the extra keys are masked, and their pages are stored: sink page, window page)."""
-        sink = min(self.sink_end, seq_len)
-        start = max(sink, self._window_start(first_q))
-        pos = torch.cat((torch.arange(sink, device=locs.device), torch.arange(start, seq_len, device=locs.device)))
-        rows = self.pool.stream_rows(locs[pos])
-        return store.stream_k[rows], store.stream_v[rows], pos
+    @record_function("hs.extend_metadata")
+    def _extend_metadata(self, locs: torch.Tensor, start: int, prefix: int, length: int) -> "ExtendSeq":
+        """What every layer reads the same way for one sequence of an extend. Streaming keys: sink +
+        window of the chunk's first query, both widened to whole pages so that each key's index
+        modulo 64 is its position's (the reference then gives a query the same result however the
+        prefill was chunked or cached; the extra keys are masked, and their pages are stored: sink
+        page, window page)."""
+        n, prefix_blocks = prefix + length, -(-prefix // BLOCK_SIZE)
+        pages = locs[:prefix_blocks * BLOCK_SIZE:BLOCK_SIZE] // BLOCK_SIZE
+        rows = kpos = None
+        if self.pool.has_stream:
+            sink = min(self.sink_end, n)
+            first = max(sink, self._window_start(prefix))
+            kpos = torch.cat((torch.arange(sink, device=locs.device), torch.arange(first, n, device=locs.device)))
+            rows = self.pool.stream_rows(locs[kpos])
+        return ExtendSeq(start, prefix, length, pages, rows, kpos, torch.arange(prefix, n, device=locs.device))
 
     @record_function("hs.decode_metadata")
     def _decode_metadata(self, forward_batch):
         """What every layer of a decode step reads the same way: the pages of each sequence's blocks
-        ``[B, max_blocks]`` and, with streaming groups, ``_stream_keys(n - 1, n)`` for all sequences
-        at once as stream rows and positions ``[B, span]``, padded with empty keys (position -1)
-        after each sequence's own (a key keeps its index: a sequence's result does not depend on
-        the batch)."""
+        ``[B, max_blocks]`` and, with streaming groups, the streaming keys ``_extend_metadata``
+        would pass for a query at ``n - 1``, for all sequences at once as stream rows and positions
+        ``[B, span]``, padded with empty keys (position -1) after each sequence's own (a key keeps
+        its index: a sequence's result does not depend on the batch)."""
         seq_lens = forward_batch.seq_lens
         rows = forward_batch.req_pool_indices.long()
         req_to_token = self.req_to_token_pool.req_to_token
@@ -164,35 +188,25 @@ class HSAttnBackend(AttentionBackend):
         d = layer.qk_head_dim
         k_ = k.view(-1, layer.tp_k_head_num, d)
         v_ = v.view(-1, layer.tp_k_head_num, d)
-        req_to_token = self.req_to_token_pool.req_to_token
-        prefix_lens = forward_batch.extend_prefix_lens_cpu
-        extend_lens = forward_batch.extend_seq_lens_cpu
-        start = 0
-        for i in range(len(extend_lens)):
-            p, t = int(prefix_lens[i]), int(extend_lens[i])
-            n = p + t
-            locs = req_to_token[forward_batch.req_pool_indices[i], :n].long()
-            qi, ki, vi = q_[start:start + t], k_[start:start + t], v_[start:start + t]
+        s = self.settings
+        for seq in self._extend:
+            p, n, rows = seq.prefix, seq.prefix + seq.length, slice(seq.start, seq.start + seq.length)
+            qi, ki, vi = q_[rows], k_[rows], v_[rows]
             if store.n_r:
-                nbp = -(-p // BLOCK_SIZE)
-                pages = locs[:nbp * BLOCK_SIZE:BLOCK_SIZE] // BLOCK_SIZE
-                k_idx = store.index["k"][pages].t().contiguous()
-                v_idx = store.index["v"][pages].t().contiguous()
+                k_idx = store.index["k"][seq.pages].t().contiguous()
+                v_idx = store.index["v"][seq.pages].t().contiguous()
                 kc = self._prune_chunk(ki[:, store.retrieval], "k", p, n)
                 vc = self._prune_chunk(vi[:, store.retrieval], "v", p, n)
                 with record_function("hs.retrieval_attention"):
                     out, _ = prefill_attention(qi[:, heads_r], kc, vc, store.pools["k"], store.pools["v"],
                                                k_idx, v_idx, p, layer.scaling)
-                o[start:start + t, heads_r] = out
+                o[rows, heads_r] = out
             if store.n_s:
-                ks, vs, kpos = self._stream_keys(store, locs, p, n)
-                qpos = torch.arange(p, n, device=q.device)
+                ks, vs = store.stream_k[seq.stream_rows][None], store.stream_v[seq.stream_rows][None]
                 with record_function("hs.streaming_attention"):
-                    out, _ = streaming_attention(qi[None, :, heads_s], qpos[None], ks[None].to(q.dtype), vs[None].to(q.dtype),
-                                                 kpos[None], self.settings.sink_tokens, self.settings.window_tokens,
-                                                 layer.scaling)
-                o[start:start + t, heads_s] = out[0]
-            start += t
+                    out, _ = streaming_attention(qi[None, :, heads_s], seq.qpos[None], ks.to(q.dtype), vs.to(q.dtype),
+                                                 seq.kpos[None], s.sink_tokens, s.window_tokens, layer.scaling)
+                o[rows, heads_s] = out[0]
         return o.view(-1, layer.tp_q_head_num * d)
 
     @record_function("hs.forward_decode")

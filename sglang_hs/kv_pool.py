@@ -18,7 +18,8 @@ import math
 
 import torch
 from torch.profiler import record_function
-from hs_kernels import BLOCK_SIZE, NO_BLOCK, BlockPool, is_sparse, new_index_map, prune_blocks, slot_of
+from hs_kernels import (BLOCK_SIZE, NO_BLOCK, BlockPool, block_loss, element_mask, is_sparse, new_index_map,
+                        select_sparse_blocks, slot_of)
 from sglang.srt.mem_cache.memory_pool import KVCache
 
 from .settings import HSSettings
@@ -35,6 +36,18 @@ def check(ok: torch.Tensor, message: str) -> None:
         torch._assert_async(ok.all(), message)
     elif not bool(ok.all()):
         raise RuntimeError(message)
+
+
+def head_index(groups, per_group: int, device):
+    """Heads ``g * per_group + i`` of ``groups``: a slice when they are contiguous (prepared
+    checkpoints put each kind together, so indexing is a view), else an index on ``device``
+    (a host index tensor would make every use a synchronising copy)."""
+    heads = [g * per_group + i for g in groups for i in range(per_group)]
+    if not heads:
+        return slice(0, 0)
+    if heads == list(range(heads[0], heads[-1] + 1)):
+        return slice(heads[0], heads[-1] + 1)
+    return torch.tensor(heads, dtype=torch.long, device=device)
 
 
 def bytes_per_token(settings: HSSettings, head_dim: int, value_bytes: int, layers=None) -> float:
@@ -54,10 +67,10 @@ class LayerStore:
     """Retrieval block pools, index maps and free lists, and streaming storage, of one layer."""
 
     def __init__(self, settings: HSSettings, layer_id: int, num_pages: int, stream_slots: int, head_dim: int, dtype, device):
-        groups = settings.groups(layer_id)
-        self.retrieval = torch.tensor(groups.retrieval, dtype=torch.long)
-        self.streaming = torch.tensor(groups.streaming, dtype=torch.long)
-        self.n_r, self.n_s = len(groups.retrieval), len(groups.streaming)
+        self.groups = settings.groups(layer_id)
+        self.retrieval = head_index(self.groups.retrieval, 1, device)
+        self.streaming = head_index(self.groups.streaming, 1, device)
+        self.n_r, self.n_s = len(self.groups.retrieval), len(self.groups.streaming)
         self.pools, self.index, self.dense_free, self.sparse_free = {}, {}, {}, {}
         reserve_pages = math.ceil(settings.dense_reserve * num_pages)
         for op, s in (("k", settings.decode.s_k), ("v", settings.decode.s_v)):
@@ -113,27 +126,29 @@ class LayerStore:
             self.stream_v[stream_rows] = v[:, self.streaming].to(self.stream_v.dtype)
 
     def compress(self, pages: torch.Tensor, num_tokens: int, settings: HSSettings) -> int:
-        """Move the eligible dense blocks of one sequence's ``pages`` to sparse slots; return how many."""
+        """Move the eligible dense blocks of one sequence's ``pages`` to sparse slots; return how many.
+        Only dense blocks are read: a sparse block scores loss 0, as its decompressed 2:4 data would,
+        so it stays selected and the work per call follows the dense blocks, not the sequence."""
         moved = 0
         for op in OPERANDS:
             s = settings.decode.sparsity(op)
             if not self.n_r or s == 0.0:
                 continue
             index_t = self.index[op][pages].t().contiguous()  # [n_r, nb]
-            # blocks already sparse are not decompressed: zeros, loss 0, as their decompressed 2:4 data would score
-            blocks = self.pools[op].gather(index_t, index_t >= 0)
-            sparse, mask = prune_blocks(blocks, op, num_tokens, s, settings.sink_tokens, settings.window_tokens)
-            new = sparse & (index_t >= 0)
-            n = min(int(new.sum()), self.sparse_free[op].free)
+            dense = torch.nonzero(index_t >= 0, as_tuple=True)
+            blocks = self.pools[op].dense[index_t[dense].long()]  # [n_dense, 64, D]
+            mask = element_mask(blocks, op)
+            loss = torch.zeros(index_t.shape, dtype=torch.float32, device=index_t.device)
+            loss[dense] = block_loss(blocks, mask)
+            chosen = select_sparse_blocks(loss, num_tokens, s, settings.sink_tokens, settings.window_tokens)[dense]
+            pick = torch.nonzero(chosen).flatten()[:self.sparse_free[op].free]  # sparse pool short: the rest stay dense
+            n = pick.numel()
             if n == 0:
                 continue
-            if n < int(new.sum()):  # sparse pool short: keep the rest dense (still correct)
-                keep = torch.nonzero(new.flatten())[:n].flatten()
-                new = torch.zeros_like(new).flatten().index_fill_(0, keep, True).view_as(new)
             slots = self.sparse_free[op].pop(n)
-            self.pools[op].store_sparse(slots, blocks[new], mask[new])
-            self.dense_free[op].push(index_t[new].long())
-            index_t[new] = (~slots).to(torch.int32)
+            self.pools[op].store_sparse(slots, blocks[pick], mask[pick])
+            self.dense_free[op].push(index_t[dense][pick].long())
+            index_t[dense[0][pick], dense[1][pick]] = (~slots).to(torch.int32)
             self.index[op][pages] = index_t.t()
             moved += n
         return moved

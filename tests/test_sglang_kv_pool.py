@@ -1,0 +1,98 @@
+"""HSKVPool compression: only dense blocks are read, the result is the pruner's.
+
+A sequence compressed as it grows (once per cached chunk, as the radix cache does) ends as one
+compression of the whole sequence would leave it: at S = 1 the same sparse blocks holding the same
+2:4 data; at S < 1 every KV group has the pruner's count of sparse blocks, blocks once sparse
+stay sparse, and the rest of the data is untouched. A short sparse pool keeps the rest dense.
+"""
+
+import pytest
+import torch
+
+pytest.importorskip("sglang")
+
+import hs_kernels as hk  # noqa: E402
+from sglang_hs.kv_pool import HSKVPool, head_index  # noqa: E402
+from sglang_hs.settings import HSSettings, LayerGroups  # noqa: E402
+
+H_KV, D, SINK, WINDOW = 4, 64, 64, 128
+
+
+def make_pool(s_k, s_v, pages=64, dense_reserve=0.5, layers=2):
+    groups = [LayerGroups(retrieval=(0, 1, 2), streaming=(3,))] * layers
+    cfg = hk.SparsityConfig(s_k, s_v, SINK, WINDOW)
+    settings = HSSettings(prefill=cfg, decode=cfg, sink_tokens=SINK, window_tokens=WINDOW, dense_reserve=dense_reserve,
+                          recipe="test", stream_checkpoint=256, layers=groups, num_kv_heads=H_KV)
+    return HSKVPool(pages * 64, 64, torch.float32, H_KV, D, layers, "cpu", settings)
+
+
+def fill(pool, n_tokens, gen):
+    """Pages 1.. for one sequence, its K/V written; returns (token locs, K, V per layer)."""
+    pages = torch.arange(1, -(-n_tokens // 64) + 1)
+    pool.on_alloc_pages(pages)
+    locs = (pages[:, None] * 64 + torch.arange(64)).flatten()[:n_tokens]
+    kv = []
+    for layer in range(len(pool.layers)):
+        k, v = (torch.randn(n_tokens, H_KV, D, generator=gen) for _ in range(2))
+        pool.write(layer, locs, k, v)
+        kv.append((k, v))
+    return locs, kv
+
+
+def stored_blocks(pool, layer, op, locs, n_tokens):
+    store = pool.layers[layer]
+    index = store.index[op][locs[:n_tokens:64] // 64].t().contiguous()
+    return index, store.pools[op].gather(index)
+
+
+@pytest.mark.parametrize("chunks", [[1000], [300, 400, 300], [64, 64, 512, 360]])
+def test_growing_sequence_at_s1_equals_one_compression(chunks):
+    gen = torch.Generator().manual_seed(len(chunks))
+    n = sum(chunks)
+    pool = make_pool(1.0, 1.0)
+    locs, kv = fill(pool, n, gen)
+    done = 0
+    for c in chunks:
+        done += c
+        pool.compress_sequence(locs, done)
+    for layer, (k, v) in enumerate(kv):
+        for op, x in (("k", k), ("v", v)):
+            index, got = stored_blocks(pool, layer, op, locs, n)
+            blocks = hk.to_blocks(x[:, :3])  # retrieval groups
+            sparse, mask = hk.prune_blocks(blocks, op, n, 1.0, SINK, WINDOW)
+            assert torch.equal(index < 0, sparse)
+            assert torch.equal(got[sparse], torch.where(mask, blocks, 0.0)[sparse])
+            assert torch.equal(got[~sparse], blocks[~sparse])
+
+
+def test_growing_sequence_at_half_sparsity_keeps_counts_and_sparse_blocks():
+    gen = torch.Generator().manual_seed(7)
+    pool = make_pool(0.5, 0.5)
+    locs, kv = fill(pool, 1600, gen)
+    before = None
+    for done in (700, 1100, 1600):
+        pool.compress_sequence(locs, done)
+        index, _ = stored_blocks(pool, 0, "v", locs, done)
+        expected = hk.pruner.num_sparse_blocks(hk.pruner.num_eligible_blocks(done, SINK, WINDOW), 0.5)
+        assert (index < 0).sum(dim=1).tolist() == [expected] * 3
+        if before is not None:
+            assert (index[:, :before.shape[1]] < 0)[before < 0].all()  # once sparse, sparse
+        before = index
+
+
+def test_short_sparse_pool_keeps_the_rest_dense():
+    gen = torch.Generator().manual_seed(3)
+    pool = make_pool(1.0, 0.0, pages=16, dense_reserve=1.0)
+    store = pool.layers[0]
+    locs, kv = fill(pool, 16 * 64, gen)
+    store.sparse_free["k"].pop(store.sparse_free["k"].free - 5)  # leave 5 sparse slots
+    pool.compress_sequence(locs, 16 * 64)
+    index, got = stored_blocks(pool, 0, "k", locs, 16 * 64)
+    assert int((index < 0).sum()) == 5
+    assert torch.equal(got[index >= 0], hk.to_blocks(kv[0][0][:, :3])[index >= 0])
+
+
+def test_head_index_is_a_slice_when_contiguous():
+    assert head_index((2, 3), 4, "cpu") == slice(8, 16)
+    assert head_index((), 4, "cpu") == slice(0, 0)
+    assert head_index((0, 2), 2, "cpu").tolist() == [0, 1, 4, 5]
