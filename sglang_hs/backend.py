@@ -57,18 +57,21 @@ class HSAttnBackend(AttentionBackend):
         self._heads = {}
         # streaming keys are read in whole pages (see _extend_metadata): the sink's page-aligned end
         self.sink_end = -(-self.settings.sink_tokens // BLOCK_SIZE) * BLOCK_SIZE
+        # decode streaming keys: sink pages, then whole pages covering any window
+        self._stream_span = self.sink_end + -(-(self.settings.window_tokens + BLOCK_SIZE - 1) // BLOCK_SIZE) * BLOCK_SIZE
         self._decode = None  # per decode step, shared by all layers (_decode_metadata)
+        self._graph = None  # static decode metadata for CUDA graphs (init_cuda_graph_state)
         self._extend: list[ExtendSeq] = []  # per extend, likewise (_extend_metadata)
 
     def init_forward_metadata(self, forward_batch):
-        """Before an extend: protect the streaming pages each request reads (its window before the
-        prefix may be shared). Before a decode step: a sequence whose last page just filled
-        compresses what left its window and gives back streaming pages no query can see; then the
-        step's layer-independent reads are resolved once (``_decode_metadata``)."""
+        """Eager forward. Before an extend: protect the streaming pages each request reads (its
+        window before the prefix may be shared) and resolve the layer-independent reads of each
+        sequence (``_extend_metadata``). Before a decode step: ``_decode_bookkeeping``, then the
+        step's layer-independent reads (``_decode_metadata``)."""
         mode = forward_batch.forward_mode
-        rows = forward_batch.req_pool_indices.tolist()
-        req_to_token = self.req_to_token_pool.req_to_token
         if mode.is_extend():
+            rows = forward_batch.req_pool_indices.tolist()
+            req_to_token = self.req_to_token_pool.req_to_token
             self._extend = []
             start = 0
             for row, p, t in zip(rows, forward_batch.extend_prefix_lens_cpu, forward_batch.extend_seq_lens_cpu):
@@ -77,16 +80,44 @@ class HSAttnBackend(AttentionBackend):
                 self.pool.register_window(row, locs, p, p + t)
                 self._extend.append(self._extend_metadata(locs, start, p, t))
                 start += t
-            return
-        if not mode.is_decode():
-            return
-        for row, n in zip(rows, forward_batch.seq_lens_cpu.tolist()):
+        elif mode.is_decode():
+            self._decode_bookkeeping(forward_batch)
+            self._decode = self._decode_metadata(forward_batch)
+
+    def _decode_bookkeeping(self, forward_batch):
+        """A sequence whose last page just filled compresses what left its window and gives back
+        streaming pages no query can see (host work: outside any CUDA graph)."""
+        req_to_token = self.req_to_token_pool.req_to_token
+        for row, n in zip(forward_batch.req_pool_indices.tolist(), forward_batch.seq_lens_cpu.tolist()):
             done = n - 1  # tokens stored before this step's token
             if done >= BLOCK_SIZE and done % BLOCK_SIZE == 0:
                 locs = req_to_token[row, :done].long()
                 self.pool.compress_sequence(locs, done)
                 self.pool.trim_stream(row, locs, done, running=True)
-        self._decode = self._decode_metadata(forward_batch)
+
+    # ---- CUDA graphs (decode only; the plugin turns prefill graphs off) ----
+
+    def init_cuda_graph_state(self, max_bs: int, max_num_tokens: int):
+        """Static decode metadata the graphs read: block pages up to the longest context, stream
+        rows and positions."""
+        blocks = -(-self.req_to_token_pool.req_to_token.shape[1] // BLOCK_SIZE)
+        span = self._stream_span
+        self._graph = (torch.zeros(max_bs, blocks, dtype=torch.long, device=self.device),
+                       torch.zeros(max_bs, span, dtype=torch.long, device=self.device),
+                       torch.full((max_bs, span), -1, dtype=torch.long, device=self.device))
+
+    def get_cuda_graph_seq_len_fill_value(self):
+        return 1
+
+    def init_forward_metadata_out_graph(self, forward_batch, in_capture: bool = False):
+        """Before capturing (``in_capture``) or replaying a decode graph: the bookkeeping (not at
+        capture), then the step's metadata written into the static buffers (padding rows read
+        page 0 and no streaming keys)."""
+        if not in_capture:
+            self._decode_bookkeeping(forward_batch)
+        real = forward_batch.batch_size - (getattr(forward_batch, "num_padding", 0) or 0)
+        metadata = self._decode_metadata(forward_batch, self._graph[0].shape[1], real)
+        self._decode = tuple(None if m is None else buf[:m.shape[0]].copy_(m) for buf, m in zip(self._graph, metadata))
 
     # ---- helpers ----
 
@@ -149,27 +180,30 @@ class HSAttnBackend(AttentionBackend):
         return ExtendSeq(start, prefix, length, pages, rows, kpos, torch.arange(prefix, n, device=locs.device))
 
     @record_function("hs.decode_metadata")
-    def _decode_metadata(self, forward_batch):
+    def _decode_metadata(self, forward_batch, max_blocks: int | None = None, real: int | None = None):
         """What every layer of a decode step reads the same way: the pages of each sequence's blocks
         ``[B, max_blocks]`` and, with streaming groups, the streaming keys ``_extend_metadata``
         would pass for a query at ``n - 1``, for all sequences at once as stream rows and positions
         ``[B, span]``, padded with empty keys (position -1) after each sequence's own (a key keeps
-        its index: a sequence's result does not depend on the batch)."""
+        its index: a sequence's result does not depend on the batch). ``max_blocks``: a fixed width
+        (CUDA graphs), else the longest sequence's; rows from ``real`` on are padding."""
         seq_lens = forward_batch.seq_lens
         rows = forward_batch.req_pool_indices.long()
         req_to_token = self.req_to_token_pool.req_to_token
-        max_blocks = -(-int(forward_batch.seq_lens_cpu.max()) // BLOCK_SIZE)
+        if max_blocks is None:
+            max_blocks = -(-int(forward_batch.seq_lens_cpu.max()) // BLOCK_SIZE)
+        live = (torch.arange(rows.shape[0], device=rows.device) < (rows.shape[0] if real is None else real))[:, None]
         pages = req_to_token[rows, :max_blocks * BLOCK_SIZE:BLOCK_SIZE].long() // BLOCK_SIZE
-        pages = pages.clamp_(0, self.pool.num_pages - 1)  # rows past a sequence's end are not read
+        pages = torch.where(live, pages.clamp_(0, self.pool.num_pages - 1), 0)  # rows past a sequence's end are not read
         if not self.pool.has_stream:
             return pages, None, None
         sink = self.sink_end
-        span = sink + -(-(self.settings.window_tokens + BLOCK_SIZE - 1) // BLOCK_SIZE) * BLOCK_SIZE
         start = self._window_start(seq_lens - 1).clamp(min=sink)[:, None]
-        j = torch.arange(span, device=seq_lens.device)
+        j = torch.arange(self._stream_span, device=seq_lens.device)
         pos = torch.where(j < sink, j, start + j - sink)
-        valid = pos < seq_lens[:, None]
+        valid = (pos < seq_lens[:, None]) & live
         locs = req_to_token[rows[:, None], torch.where(valid, pos, 0)].long()
+        locs = torch.where(valid, locs, 0)  # page 0 (padding writes) always has a stream slot
         return pages, self.pool.stream_rows(locs), torch.where(valid, pos, -1)
 
     # ---- forward ----

@@ -49,11 +49,16 @@ def _check_server_args(self, *args, **kwargs):
     # compression and streaming-page trims run when batches are formed and results processed; the
     # overlap scheduler would reorder them against the next batch's reads
     self.disable_overlap_schedule = True
-    # the same host-side work, and Python per-request loops, cannot be captured in a CUDA graph
-    self.disable_cuda_graph = True
-    for name in ("cuda_graph_backend_decode", "cuda_graph_backend_prefill"):
-        if getattr(self, name, None) not in (None, "disabled"):
-            raise HSConfigError(f"--{name.replace('_', '-')} {getattr(self, name)} is not supported with --attention-backend hs (no CUDA graphs)")
+    # prefill's per-request Python loops and host-side bookkeeping cannot be captured in a CUDA
+    # graph; decode is captured whole ("full"), its bookkeeping runs before each replay
+    self.disable_prefill_cuda_graph = True
+    for name, allowed in (("cuda_graph_backend_prefill", (None, "disabled")), ("cuda_graph_backend_decode", (None, "full", "disabled"))):
+        if getattr(self, name, None) not in allowed:
+            raise HSConfigError(f"--{name.replace('_', '-')} {getattr(self, name)} is not supported with --attention-backend hs "
+                                "(decode CUDA graphs: full or disabled; prefill: disabled)")
+    if getattr(self, "cuda_graph_config", None) is not None:
+        raise HSConfigError("--cuda-graph-config is not supported with --attention-backend hs (use --cuda-graph-max-bs-decode, "
+                            "--disable-cuda-graph)")
     for name in ("prefill_attention_backend", "decode_attention_backend"):
         if getattr(self, name, None) not in (None, BACKEND):
             raise HSConfigError(f"--{name.replace('_', '-')} {getattr(self, name)} cannot be mixed with --attention-backend hs")

@@ -65,7 +65,8 @@ def test_settings_come_from_recipe_then_flags(prepared):
     (["--speculative-algorithm", "EAGLE"], None),
     (["--page-size", "32"], "--page-size 64"),
     (["--hs-decode-sk", "2"], "sparsity out of range"),
-    (["--cuda-graph-backend-decode", "full"], "no CUDA graphs"),
+    (["--cuda-graph-backend-prefill", "full"], "prefill: disabled"),
+    (["--cuda-graph-backend-decode", "breakable"], "decode CUDA graphs: full or disabled"),
 ])
 def test_launcher_exits_with_one_line(unprepared, prepared, extra, message):
     model = unprepared if message == "not a prepared checkpoint" else prepared
