@@ -146,7 +146,9 @@ def measure(engine: str, url: str, args, config: dict, rng: random.Random) -> di
     vocab = config["vocab_size"]
     tokens = lambda n: [rng.randrange(10, vocab) for _ in range(n)]  # noqa: E731
     out = {"runs": []}
-    stream_one(url, tokens(64), 2)  # warm-up: first-request compilation and allocation stay out of the figures
+    # warm-up at the first context (chunked prefill over cached blocks, decode): kernel compilation
+    # and first-use allocation stay out of the figures
+    stream_one(url, tokens(args.contexts[0] - 2), 2)
     for ctx in args.contexts:
         for b in args.batches:
             prompts = [tokens(ctx - args.output_tokens) for _ in range(b)]
