@@ -172,9 +172,16 @@ def measure(engine: str, url: str, args, config: dict, rng: random.Random) -> di
     return out
 
 
+def context_length(args) -> int:
+    """Room for the longest request plus slack, within the model's own limit when the requests fit it."""
+    need = max(max(args.contexts), args.prefix + 64 + args.output_tokens)
+    limit = args.max_positions or need + 256
+    return min(need + 256, limit) if need <= limit else need + 256
+
+
 def server_args(engine: str, model: str, args) -> tuple[list[str], str]:
     common = ["--model-path", model, "--device", args.device, "--dtype", args.dtype, "--skip-tokenizer-init",
-              "--mem-fraction-static", str(args.mem_fraction), "--context-length", str(max(args.contexts) + 256),
+              "--mem-fraction-static", str(args.mem_fraction), "--context-length", str(context_length(args)),
               "--enable-cache-report", *args.extra]  # hs brings page size 64 itself; stock keeps its default
     if args.shape:
         common += ["--load-format", "dummy"]
@@ -240,6 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     model = str(write_shape_checkpoint(out / "model", LLAMA_31_8B)) if args.shape else args.model
     config = json.loads((Path(model) / "config.json").read_text())
     config = config.get("text_config", config)
+    args.max_positions = config.get("max_position_embeddings")
     env = dict(os.environ)
     if args.device == "cpu":
         from .testing import cpu_env
