@@ -5,7 +5,7 @@ import pytest
 
 pytest.importorskip("sglang")
 
-from sglang_hs.bench_e2e import LLAMA_31_8B, markdown, write_shape_checkpoint  # noqa: E402
+from sglang_hs.bench_e2e import LLAMA_31_8B, context_length, markdown, write_shape_checkpoint  # noqa: E402
 from sglang_hs.settings import resolve  # noqa: E402
 
 
@@ -32,3 +32,12 @@ def test_report_ratios():
     assert "| 128 | 1 | RuntimeError: too long | 0.800 |" in text
     assert "| stock | 1000 | 2.000 | 0.100 | 0.050 | [1000] | 4096 | 1000 |" in text
     assert "KV capacity hs / stock at --mem-fraction-static 0.8: 3.50x" in text
+
+
+def test_context_length_stays_within_the_models_limit():
+    from types import SimpleNamespace as NS
+
+    assert context_length(NS(contexts=[32768, 65536], prefix=32768, output_tokens=32, max_positions=131072)) == 65536 + 256
+    assert context_length(NS(contexts=[131072], prefix=32768, output_tokens=32, max_positions=131072)) == 131072
+    assert context_length(NS(contexts=[512], prefix=1024, output_tokens=4, max_positions=None)) == 1024 + 68 + 256
+    assert context_length(NS(contexts=[200000], prefix=0, output_tokens=4, max_positions=131072)) == 200256  # SGLang refuses it

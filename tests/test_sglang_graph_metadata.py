@@ -1,0 +1,76 @@
+"""Decode CUDA-graph metadata on CPU: the real backend and pool, SGLang's ForwardMode.
+
+What a captured decode graph reads must be what the eager path computes, in static buffers: the
+same block pages and streaming keys for the real rows (pages padded to the fixed width), page 0
+and no streaming keys for padding rows, and the same storage at every replay (a graph reads
+addresses). Capture skips the step's bookkeeping; replay runs it, as eager decode does.
+"""
+
+from types import SimpleNamespace as NS
+
+import pytest
+import torch
+
+pytest.importorskip("sglang")
+
+from sglang.srt.model_executor.forward_batch_info import ForwardMode  # noqa: E402
+
+import hs_kernels as hk  # noqa: E402
+from sglang_hs.backend import HSAttnBackend  # noqa: E402
+from sglang_hs.kv_pool import HSKVPool  # noqa: E402
+from sglang_hs.settings import HSSettings, LayerGroups  # noqa: E402
+
+SINK, WINDOW, PAGES, WIDTH = 64, 128, 40, 1024  # WIDTH: req_to_token columns (the context length)
+
+
+@pytest.fixture
+def backend():
+    cfg = hk.SparsityConfig(1.0, 1.0, SINK, WINDOW)
+    settings = HSSettings(prefill=cfg, decode=cfg, sink_tokens=SINK, window_tokens=WINDOW, dense_reserve=0.5,
+                          recipe="test", stream_checkpoint=256, layers=[LayerGroups((0,), (1,))], num_kv_heads=2)
+    pool = HSKVPool(PAGES * 64, 64, torch.float32, 2, 64, 1, "cpu", settings)
+    req_to_token = torch.zeros(4, WIDTH, dtype=torch.int32)
+    runner = NS(device="cpu", req_to_token_pool=NS(req_to_token=req_to_token), token_to_kv_pool=pool)
+    b = HSAttnBackend(runner)
+    # two sequences: row 1 with 700 tokens on pages 1..11, row 2 with 300 tokens on pages 20..24
+    for row, n, first_page in ((1, 700, 1), (2, 300, 20)):
+        pages = torch.arange(first_page, first_page + -(-n // 64))
+        pool.on_alloc_pages(pages)
+        req_to_token[row, :n] = (pages[:, None] * 64 + torch.arange(64)).flatten()[:n].int()
+    return b
+
+
+def decode_batch(rows, lens, padding=0):
+    rows, lens = rows + [0] * padding, lens + [1] * padding  # padding rows: SGLang's fill values
+    return NS(forward_mode=ForwardMode.DECODE, batch_size=len(rows), num_padding=padding,
+              req_pool_indices=torch.tensor(rows), seq_lens=torch.tensor(lens), seq_lens_cpu=torch.tensor(lens))
+
+
+def test_graph_metadata_equals_eager_in_static_buffers(backend):
+    backend.init_cuda_graph_state(max_bs=8, max_num_tokens=8)
+    eager = decode_batch([1, 2], [700, 300])
+    backend.init_forward_metadata(eager)
+    pages_e, rows_e, kpos_e = backend._decode
+
+    backend.init_forward_metadata_out_graph(decode_batch([1, 2], [700, 300], padding=2))
+    pages_g, rows_g, kpos_g = backend._decode
+    assert pages_g.shape == (4, WIDTH // 64)
+    assert torch.equal(pages_g[:2, :pages_e.shape[1]], pages_e)
+    assert torch.equal(rows_g[:2], rows_e) and torch.equal(kpos_g[:2], kpos_e)
+    assert (pages_g[2:] == 0).all() and (kpos_g[2:] == -1).all()
+    assert torch.equal(rows_g[2:], backend.pool.stream_rows(torch.zeros_like(rows_g[2:])))  # page 0's stream slot
+
+    first = [t.data_ptr() for t in backend._decode]
+    backend.init_forward_metadata_out_graph(decode_batch([2, 1], [301, 701], padding=2))
+    assert [t.data_ptr() for t in backend._decode] == first  # the storage the graph was captured on
+    assert torch.equal(backend._decode[2][0], backend._decode_metadata(decode_batch([2], [301]))[2][0])
+
+
+def test_capture_skips_bookkeeping_replay_runs_it(backend):
+    backend.init_cuda_graph_state(max_bs=4, max_num_tokens=4)
+    step = decode_batch([1], [641])  # 640 tokens stored: a page just filled, blocks left the window
+    backend.init_forward_metadata_out_graph(step, in_capture=True)
+    assert backend.pool.block_counts()["sparse_blocks"] == 0
+    backend.init_forward_metadata_out_graph(step)
+    # compressed before the replay: blocks 1..7 of K and V (block 0 is the sink, 8..9 the window)
+    assert backend.pool.block_counts()["sparse_blocks"] == 2 * 7
