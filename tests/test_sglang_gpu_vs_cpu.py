@@ -1,0 +1,59 @@
+"""gpu_vs_cpu: the packed checkpoint reassembles from its pieces (bf16, same tokenizer and config),
+and the comparison passes identical runs and bf16 near ties, and fails real differences."""
+
+import io
+import json
+import subprocess
+import sys
+import tarfile
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from sglang_hs.gpu_vs_cpu import compare, pack, table
+from sglang_hs.testing import tiny_llama
+
+
+def test_pack_pieces_reassemble_to_a_bf16_copy(tmp_path):
+    src = tiny_llama(str(tmp_path / "src"), layers=1)
+    pieces = pack(tmp_path / "src", tmp_path / "packed", piece_mib=1)
+    assert len(pieces) > 1 and all((p / "part").stat().st_size <= 1 << 20 for p in pieces)
+    data = b"".join((p / "part").read_bytes() for p in pieces)
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        tar.extractall(tmp_path / "unpacked", filter="data")
+    out = tmp_path / "unpacked" / "model"
+    assert sorted(f.name for f in out.iterdir()) == sorted(f.name for f in (tmp_path / "packed" / "model").iterdir())
+    original = load_file(f"{src}/model.safetensors")
+    copy = load_file(out / "model.safetensors")
+    assert copy.keys() == original.keys()
+    assert all(copy[k].dtype == torch.bfloat16 and torch.equal(copy[k], original[k].to(torch.bfloat16)) for k in copy)
+    assert json.loads((out / "config.json").read_text())["torch_dtype"] == "bfloat16"
+    assert (out / "tokenizer.json").read_bytes() == (tmp_path / "src" / "tokenizer.json").read_bytes()
+
+
+def test_pack_refuses_an_existing_output_and_a_non_checkpoint(tmp_path):
+    (tmp_path / "out").mkdir()
+    (tmp_path / "config.json").write_text("{}")
+    for model, out in ((tmp_path / "nothing", tmp_path / "x"), (tmp_path, tmp_path / "out")):
+        r = subprocess.run([sys.executable, "-m", "sglang_hs.gpu_vs_cpu", "pack", "--model", str(model), "--out", str(out)],
+                           capture_output=True, text=True)
+        assert r.returncode != 0 and len(r.stderr.strip().splitlines()) == 1 and "gpu_vs_cpu:" in r.stderr
+
+
+def run(ids, chosen, second):
+    """A recorded run: token ids, chosen-token logprobs, top-2 per step."""
+    return {"output_ids": ids, "meta_info": {"prompt_tokens": 100, "output_token_logprobs": [[c, t] for c, t in zip(chosen, ids)],
+                                            "output_top_logprobs": [[[c, t], [s, 0]] for c, s, t in zip(chosen, second, ids)]}}
+
+
+def test_compare_identical_near_tie_and_real_difference():
+    ref = run([5, 6, 7], [-0.1, -0.2, -0.5], [-3.0, -3.0, -0.52])
+    same = compare([ref], [run([5, 6, 7], [-0.1, -0.2, -0.5], [-3.0, -3.0, -0.52])], 0.1)
+    assert same["ok"] and same["rows"][0]["first_difference"] is None
+    tie = compare([ref], [run([5, 6, 9], [-0.1, -0.2, -0.49], [-3.0, -3.0, -0.51])], 0.1)  # last token: margin 0.02
+    assert tie["ok"] and tie["rows"][0]["first_difference"] == 2 and tie["rows"][0]["near_tie"]
+    real = compare([ref], [run([5, 8, 7], [-0.1, -0.2, -0.5], [-3.0, -3.0, -0.52])], 0.1)  # margin 2.8 there
+    assert not real["ok"] and real["rows"][0]["first_difference"] == 1
+    assert "| 0 | 100 | 1 |" in table(real) and "none (identical)" in table(same)
+    assert not compare([ref, ref], [ref], 0.1)["ok"]  # a missing run is a failure
