@@ -143,20 +143,22 @@ class HSAttnBackend(AttentionBackend):
 
     @record_function("hs.prune_chunk")
     def _prune_chunk(self, x: torch.Tensor, op: str, prefix_len: int, seq_len: int) -> torch.Tensor:
-        """The chunk's own K or V ``[t, n_r, D]`` as prefill attention sees it (prefill sparsity)."""
+        """The chunk's own K or V ``[t, n_r, D]`` as prefill attention sees it (prefill sparsity):
+        the blocks wholly inside the chunk are candidates (the pruner's selection over the
+        sequence's blocks, the others never chosen); only they are read."""
         cfg = self.settings.prefill
         s = cfg.sparsity(op)
-        if s == 0.0 or seq_len < BLOCK_SIZE:
+        first = -(-prefix_len // BLOCK_SIZE)  # first block wholly in the chunk
+        skip = first * BLOCK_SIZE - prefix_len  # the chunk's tokens in the prefix's last block
+        if s == 0.0 or seq_len < BLOCK_SIZE or skip >= x.shape[0]:
             return x
-        full = x.new_zeros(seq_len, *x.shape[1:])
-        full[prefix_len:] = x
-        blocks = to_blocks(full)  # [n_r, nb, 64, D]
+        blocks = to_blocks(x[skip:])  # [n_r, nb - first, 64, D]
         mask = element_mask(blocks, op)
-        new = torch.arange(blocks.shape[1], device=x.device) * BLOCK_SIZE >= prefix_len  # blocks wholly in this chunk
-        loss = torch.where(new, block_loss(blocks, mask), torch.full((), math.inf, device=x.device))
-        sparse = select_sparse_blocks(loss, seq_len, s, cfg.sink_tokens, cfg.window_tokens) & new
+        loss = torch.full((x.shape[1], -(-seq_len // BLOCK_SIZE)), math.inf, device=x.device)
+        loss[:, first:] = block_loss(blocks, mask)
+        sparse = select_sparse_blocks(loss, seq_len, s, cfg.sink_tokens, cfg.window_tokens)[:, first:]
         blocks = torch.where(sparse[..., None, None] & ~mask, torch.zeros((), dtype=x.dtype, device=x.device), blocks)
-        return blocks.permute(1, 2, 0, 3).reshape(-1, *x.shape[1:])[prefix_len:seq_len]
+        return torch.cat((x[:skip], blocks.permute(1, 2, 0, 3).reshape(-1, *x.shape[1:])[:x.shape[0] - skip]))
 
     def _window_start(self, first_q):
         """Page-aligned start of the window a query at ``first_q`` (int or tensor) or later may need."""
