@@ -1,4 +1,5 @@
-"""HSAttnBackend: SGLang attention backend "hs" on top of the hs_kernels reference.
+"""HSAttnBackend: SGLang attention backend "hs" on hs_kernels' entry points (Triton kernels on CUDA,
+the PyTorch reference elsewhere).
 
 Per layer, the KV groups split (from the prepared checkpoint) into
   * retrieval groups: the full context as HieraSparse blocks. Cached blocks are read as stored
