@@ -5,7 +5,7 @@ Pure PyTorch, device-agnostic; imports only torch. The block format is specified
 """
 
 from . import format, gpu
-from .attention import merge_attention
+from .attention import merge_attention, streaming_keys
 from .gpu import compress_magnitude, decode_attention, prefill_attention, streaming_attention  # GPU kernels on CUDA, else the reference
 from .compressed_kv import CompressedKV, compress_sequence, to_blocks
 from .compressor import compress_24, compress_blocks, decompress_24, decompress_blocks
@@ -51,7 +51,8 @@ __all__ = [
     "MaskProducer", "SparsityConfig", "magnitude_mask", "element_mask", "block_loss", "eligible_blocks",
     "select_sparse_blocks", "prune_blocks",
     "BlockPool", "CompressedKV", "compress_sequence", "to_blocks",
-    "gpu", "compress_magnitude", "decode_attention", "prefill_attention", "streaming_attention", "merge_attention",
+    "gpu", "compress_magnitude", "decode_attention", "prefill_attention", "streaming_attention", "streaming_keys",
+    "merge_attention",
     "SizeBreakdown", "baseline_bytes", "model_bytes", "compression_ratio", "prefill_speedup",
     "decode_speedup", "measured_bytes", "measured_sparsity",
 ]

@@ -112,6 +112,18 @@ def streaming_attention(q: torch.Tensor, q_pos: torch.Tensor, k: torch.Tensor, v
     return out.transpose(1, 2).to(q.dtype), lse.transpose(1, 2)
 
 
+def streaming_keys(first_query: int, num_tokens: int, sink_tokens: int, window_tokens: int,
+                   device=None) -> torch.Tensor:
+    """Positions of the keys that queries ``first_query .. num_tokens - 1`` may see under
+    ``streaming_attention``, ascending: the sink and the first query's window, both widened to whole
+    64-token pages, then every later key. In this layout a key's index modulo 64 is its position's
+    (the reference then gives a query the same result however a prefill was chunked or cached; the
+    extra keys are masked), and the GPU kernel reads only the blocks a tile sees."""
+    sink = min(-(-sink_tokens // BLOCK_SIZE) * BLOCK_SIZE, num_tokens)
+    first = max(sink, (first_query - window_tokens + 1) // BLOCK_SIZE * BLOCK_SIZE)
+    return torch.cat((torch.arange(sink, device=device), torch.arange(first, num_tokens, device=device)))
+
+
 def merge_attention(out_a: torch.Tensor, lse_a: torch.Tensor, out_b: torch.Tensor,
                     lse_b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Combine two partial attentions of the same queries over disjoint key sets.

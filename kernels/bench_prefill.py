@@ -185,23 +185,13 @@ def bench(tokens: int, variants, chunk: int, triton_configs, tilelang: bool) -> 
 def _pools_at(x: torch.Tensor, operand: str, s: float, gen: torch.Generator):
     """A pool holding the blocks of ``x [T, H_kv, D]`` (T a multiple of 64), a random fraction ``s``
     of them 2:4-compressed, and its ``[H_kv, T / 64]`` index map."""
-    from hs_kernels.format import encode_dense, encode_sparse
+    from hs_kernels.compressed_kv import to_blocks
     from hs_kernels.pool import BlockPool
     from hs_kernels.pruner import element_mask
 
-    blocks = x.view(-1, 64, H_KV, D).permute(2, 0, 1, 3).reshape(-1, 64, D)
-    sparse = torch.rand(blocks.shape[0], generator=gen, device=x.device) < s
-    n_sp = int(sparse.sum())
-    pool = BlockPool.allocate(operand, D, blocks.shape[0] - n_sp, n_sp, x.dtype, x.device)
-    dense_slots = torch.arange(blocks.shape[0] - n_sp, device=x.device)
-    sparse_slots = torch.arange(n_sp, device=x.device)
-    pool.store_dense(dense_slots, blocks[~sparse])
-    if n_sp:
-        pool.store_sparse(sparse_slots, blocks[sparse], element_mask(blocks[sparse], operand))
-    index = torch.empty(blocks.shape[0], dtype=torch.int32, device=x.device)
-    index[~sparse] = encode_dense(dense_slots.int())
-    index[sparse] = encode_sparse(sparse_slots.int())
-    return pool, index.view(H_KV, -1)
+    blocks = to_blocks(x)
+    sparse = torch.rand(blocks.shape[:2], generator=gen, device=x.device) < s
+    return BlockPool.holding(operand, blocks, sparse, element_mask(blocks, operand))
 
 
 def bench_triton(q, k, v, chunk: int, configs, add, ref_out) -> None:

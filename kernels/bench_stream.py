@@ -3,7 +3,7 @@
     python -m hs_kernels.bench_stream
 
 Llama-3.1-8B's streaming half (16 query heads, 4 KV groups, d 128, bf16), sink 128, window 256,
-keys laid out as the serving backend passes them (sink page, page-aligned window, chunk):
+keys laid out as the serving backend passes them (``streaming_keys``: sink page, page-aligned window, chunk):
 a prefill chunk of 8192 queries after a 24576-token prefix, and decode at B = 8 (32K contexts).
 Rows: the Triton kernel and the PyTorch reference it replaced on the serving path.
 Timing: triton.testing.do_bench (median).
@@ -17,19 +17,12 @@ from hs_kernels import gpu
 H_Q, H_KV, D, SINK, WINDOW = 16, 4, 128, 128, 256
 
 
-def keys_for(first_q: int, seq_len: int) -> torch.Tensor:
-    """Key positions the backend passes for queries from ``first_q``: sink page, page-aligned window, the rest."""
-    start = max(SINK, (first_q - WINDOW + 1) // 64 * 64)
-    return torch.cat((torch.arange(SINK), torch.arange(start, seq_len)))
-
-
 def main():
     import triton.testing
 
     cases = []
-    k_pos = keys_for(24576, 32768)[None]
-    cases.append(("prefill 8192 @ 24576", torch.arange(24576, 32768)[None], k_pos))
-    cases.append(("decode B=8 @ 32K", torch.full((8, 1), 32767), keys_for(32767, 32768)[None].expand(8, -1)))
+    cases.append(("prefill 8192 @ 24576", torch.arange(24576, 32768)[None], ref.streaming_keys(24576, 32768, SINK, WINDOW)[None]))
+    cases.append(("decode B=8 @ 32K", torch.full((8, 1), 32767), ref.streaming_keys(32767, 32768, SINK, WINDOW)[None].expand(8, -1)))
     rows = []
     for name, q_pos, k_pos in cases:
         (b, t), n = q_pos.shape, k_pos.shape[1]

@@ -13,11 +13,9 @@ import torch
 
 from .format import (
     BLOCK_SIZE,
-    INDEX_DTYPE,
     check_head_dim,
     check_shape,
     check_value_dtype,
-    encode_sparse,
     num_blocks,
 )
 from .pool import BlockPool
@@ -59,7 +57,8 @@ def compress_sequence(k: torch.Tensor, v: torch.Tensor, config: SparsityConfig =
                       producer: MaskProducer = magnitude_mask) -> CompressedKV:
     """Compress one sequence's ``k, v [T, H_kv, D]`` (one layer) per ``config``.
 
-    Slots are assigned in (head, block) order; dense and sparse slots count separately from 0.
+    Slots are assigned in (head, block) order; dense and sparse slots count separately from 0
+    (``BlockPool.holding``).
     """
     check_value_dtype(k, "k")
     check_value_dtype(v, "v")
@@ -74,12 +73,7 @@ def compress_sequence(k: torch.Tensor, v: torch.Tensor, config: SparsityConfig =
         blocks = to_blocks(x)  # [H, nb, 64, D]
         sparse, mask = prune_blocks(blocks, operand, k.shape[0], config.sparsity(operand),
                                     config.sink_tokens, config.window_tokens, producer)
-        n_sparse = int(sparse.sum())
-        pool = BlockPool.allocate(operand, k.shape[-1], sparse.numel() - n_sparse, n_sparse, k.dtype, k.device)
-        dense_slot = torch.cumsum((~sparse).flatten().long(), 0).reshape(sparse.shape) - 1
-        sparse_slot = torch.cumsum(sparse.flatten().long(), 0).reshape(sparse.shape) - 1
-        pool.store_dense(dense_slot[~sparse], blocks[~sparse])
-        pool.store_sparse(sparse_slot[sparse], blocks[sparse], mask[sparse])
+        pool, index = BlockPool.holding(operand, blocks, sparse, mask)
         pools.append(pool)
-        indices.append(torch.where(sparse, encode_sparse(sparse_slot), dense_slot).to(INDEX_DTYPE))
+        indices.append(index)
     return CompressedKV(pools[0], pools[1], indices[0], indices[1], k.shape[0])

@@ -22,6 +22,7 @@ from .format import (
     check_operand,
     check_shape,
     check_value_dtype,
+    encode_sparse,
     is_sparse,
     slot_of,
     sparse_shapes,
@@ -72,6 +73,21 @@ class BlockPool:
             torch.zeros(num_sparse_slots, *values_shape, dtype=dtype, device=device),
             torch.zeros(num_sparse_slots, *meta_shape, dtype=META_DTYPE, device=device),
         )
+
+    @classmethod
+    def holding(cls, operand: str, blocks: torch.Tensor, sparse: torch.Tensor,
+                mask: torch.Tensor) -> tuple["BlockPool", torch.Tensor]:
+        """An exactly sized pool holding token-major ``blocks [..., 64, D]``: where ``sparse`` (bool,
+        ``blocks.shape[:-2]``) compressed with the 2:4 ``mask``, else dense. Slots follow the blocks'
+        row-major order, dense and sparse counted separately from 0. Returns the pool and the index
+        entries (int32, ``sparse``'s shape)."""
+        n_sparse = int(sparse.sum())
+        pool = cls.allocate(operand, blocks.shape[-1], sparse.numel() - n_sparse, n_sparse, blocks.dtype, blocks.device)
+        dense_slot = torch.cumsum((~sparse).flatten().long(), 0).reshape(sparse.shape) - 1
+        sparse_slot = torch.cumsum(sparse.flatten().long(), 0).reshape(sparse.shape) - 1
+        pool.store_dense(dense_slot[~sparse], blocks[~sparse])
+        pool.store_sparse(sparse_slot[sparse], blocks[sparse], mask[sparse])
+        return pool, torch.where(sparse, encode_sparse(sparse_slot), dense_slot).to(INDEX_DTYPE)
 
     @property
     def head_dim(self) -> int:

@@ -25,6 +25,7 @@ from hs_kernels import (
     prefill_attention,
     select_sparse_blocks,
     streaming_attention,
+    streaming_keys,
     to_blocks,
 )
 from sglang.srt.layers.attention.base_attn_backend import AttentionBackend
@@ -56,9 +57,9 @@ class HSAttnBackend(AttentionBackend):
             raise RuntimeError("attention backend 'hs' needs the hs KV pool; start through sglang_hs (plugin not loaded in this process?)")
         self.settings: HSSettings = self.pool.settings
         self._heads = {}
-        # streaming keys are read in whole pages (see _extend_metadata): the sink's page-aligned end
+        # decode streaming keys (hs_kernels.streaming_keys for every sequence at once): sink pages, then
+        # whole pages covering any window
         self.sink_end = -(-self.settings.sink_tokens // BLOCK_SIZE) * BLOCK_SIZE
-        # decode streaming keys: sink pages, then whole pages covering any window
         self._stream_span = self.sink_end + -(-(self.settings.window_tokens + BLOCK_SIZE - 1) // BLOCK_SIZE) * BLOCK_SIZE
         self._decode = None  # per decode step, shared by all layers (_decode_metadata)
         self._graph = None  # static decode metadata for CUDA graphs (init_cuda_graph_state)
@@ -161,24 +162,15 @@ class HSAttnBackend(AttentionBackend):
         blocks = torch.where(sparse[..., None, None] & ~mask, torch.zeros((), dtype=x.dtype, device=x.device), blocks)
         return torch.cat((x[:skip], blocks.permute(1, 2, 0, 3).reshape(-1, *x.shape[1:])[:x.shape[0] - skip]))
 
-    def _window_start(self, first_q):
-        """Page-aligned start of the window a query at ``first_q`` (int or tensor) or later may need."""
-        return (first_q - self.settings.window_tokens + 1) // BLOCK_SIZE * BLOCK_SIZE
-
     @record_function("hs.extend_metadata")
     def _extend_metadata(self, locs: torch.Tensor, start: int, prefix: int, length: int) -> "ExtendSeq":
-        """What every layer reads the same way for one sequence of an extend. Streaming keys: sink +
-        window of the chunk's first query, both widened to whole pages so that each key's index
-        modulo 64 is its position's (the reference then gives a query the same result however the
-        prefill was chunked or cached; the extra keys are masked, and their pages are stored: sink
-        page, window page)."""
+        """What every layer reads the same way for one sequence of an extend. Streaming keys:
+        ``hs_kernels.streaming_keys`` (sink and window in whole pages; those pages are stored)."""
         n, prefix_blocks = prefix + length, -(-prefix // BLOCK_SIZE)
         pages = locs[:prefix_blocks * BLOCK_SIZE:BLOCK_SIZE] // BLOCK_SIZE
         rows = kpos = None
         if self.pool.has_stream:
-            sink = min(self.sink_end, n)
-            first = max(sink, self._window_start(prefix))
-            kpos = torch.cat((torch.arange(sink, device=locs.device), torch.arange(first, n, device=locs.device)))
+            kpos = streaming_keys(prefix, n, self.settings.sink_tokens, self.settings.window_tokens, locs.device)
             rows = self.pool.stream_rows(locs[kpos])
         return ExtendSeq(start, prefix, length, pages, rows, kpos, torch.arange(prefix, n, device=locs.device))
 
@@ -201,7 +193,7 @@ class HSAttnBackend(AttentionBackend):
         if not self.pool.has_stream:
             return pages, None, None
         sink = self.sink_end
-        start = self._window_start(seq_lens - 1).clamp(min=sink)[:, None]
+        start = ((seq_lens - self.settings.window_tokens) // BLOCK_SIZE * BLOCK_SIZE).clamp(min=sink)[:, None]
         j = torch.arange(self._stream_span, device=seq_lens.device)
         pos = torch.where(j < sink, j, start + j - sink)
         valid = (pos < seq_lens[:, None]) & live

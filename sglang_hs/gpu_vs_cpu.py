@@ -81,15 +81,15 @@ def pack(model: Path, out: Path, piece_mib: int) -> list[Path]:
 
 
 def generate(model: str, device: str) -> list[dict]:
-    from .engine import create
-
-    kwargs = dict(ENGINE, device=device)
     if device == "cpu":
-        from .testing import use_cpu_placeholder
+        from .testing import cpu_engine, use_cpu_placeholder
 
         use_cpu_placeholder()
-        kwargs.update(disable_cuda_graph=True, sampling_backend="pytorch", grammar_backend="none")
-    eng = create(model, hs_args=HS_ARGS, **kwargs)
+        eng = cpu_engine(model, HS_ARGS, **ENGINE)
+    else:
+        from .engine import create
+
+        eng = create(model, hs_args=HS_ARGS, device=device, **ENGINE)
     try:
         runs = []
         flush_cache(eng)

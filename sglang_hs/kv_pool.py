@@ -136,7 +136,8 @@ class LayerStore:
                 continue
             index_t = self.index[op][pages].t().contiguous()  # [n_r, nb]
             dense = torch.nonzero(index_t >= 0, as_tuple=True)
-            blocks = self.pools[op].dense[index_t[dense].long()]  # [n_dense, 64, D]
+            dense_slots = index_t[dense].long()
+            blocks = self.pools[op].dense[dense_slots]  # [n_dense, 64, D]
             mask = element_mask(blocks, op)
             loss = torch.zeros(index_t.shape, dtype=torch.float32, device=index_t.device)
             loss[dense] = block_loss(blocks, mask)
@@ -147,7 +148,7 @@ class LayerStore:
                 continue
             slots = self.sparse_free[op].pop(n)
             self.pools[op].store_sparse(slots, blocks[pick], mask[pick])
-            self.dense_free[op].push(index_t[dense][pick].long())
+            self.dense_free[op].push(dense_slots[pick])
             index_t[dense[0][pick], dense[1][pick]] = (~slots).to(torch.int32)
             self.index[op][pages] = index_t.t()
             moved += n

@@ -2,6 +2,7 @@
 
 import torch
 
+from hs_kernels.attention import streaming_keys
 from hs_kernels.format import NO_BLOCK, encode_dense, encode_sparse
 from hs_kernels.pool import BlockPool
 from hs_kernels.pruner import element_mask
@@ -97,18 +98,14 @@ def rel_err(x, y):
 
 def stream_case(layout, b, t, n, h_q, h_kv, d, sink, window, dtype, gen, device):
     """Streaming-attention inputs ``(q, q_pos, k, v, k_pos)`` in one of the key layouts:
-      * "backend": one sequence as the serving backend passes it, with a prefix of ``n`` tokens
-        (the chunk queries are positions n .. n + t - 1): sink page(s), the page-aligned window
-        before the chunk, the chunk;
+      * "backend": one sequence as the serving backend passes it (``streaming_keys``), with a prefix
+        of ``n`` tokens (the chunk queries are positions n .. n + t - 1);
       * "decode": ``b`` sequences of different lengths, one query each at its last position, ``n``
         key slots (sink, window), padded with empties (-1) after each sequence's own;
       * "shuffled": ``n`` distinct positions in random order, a quarter of the slots empty;
       * "unseen": every key after every query."""
     if layout == "backend":
-        sink_end = -(-sink // 64) * 64
-        start = max(sink_end, (n - window + 1) // 64 * 64)
-        pos = torch.cat((torch.arange(min(sink_end, n + t)), torch.arange(start, n + t)))
-        k_pos, q_pos = pos[None], torch.arange(n, n + t)[None]
+        k_pos, q_pos = streaming_keys(n, n + t, sink, window)[None], torch.arange(n, n + t)[None]
     elif layout == "decode":
         lens = torch.randint(1, 4 * n, (b,), generator=gen)
         sink_end = -(-sink // 64) * 64

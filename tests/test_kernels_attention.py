@@ -288,12 +288,11 @@ def test_decode_bitwise_independent_of_batch_and_equal_to_prefill_row():
 @pytest.mark.parametrize("sink, window", [(64, 64), (100, 200)])
 def test_streaming_bitwise_same_for_cold_and_cached_key_layouts(sink, window):
     # cold: one chunk, every key passed; cached: queries from 1024, keys = sink + window before 1024,
-    # both widened to whole pages as the hs backend does (index modulo 64 = position modulo 64)
+    # both widened to whole pages (hk.streaming_keys, as the hs backend passes them)
     h_q, h_kv, d, p, n = 6, 2, 64, 1024, 1150
     q, k, v = make_qkv(n, h_q, h_kv, d, torch.bfloat16, seed=13)
     pos = torch.arange(n)
     cold = hk.streaming_attention(q[None], pos[None], k[None], v[None], pos[None], sink, window)
-    sink_end = -(-sink // 64) * 64
-    kpos = torch.cat([torch.arange(sink_end), torch.arange((p - window + 1) // 64 * 64, n)])
+    kpos = hk.streaming_keys(p, n, sink, window)
     hot = hk.streaming_attention(q[None, p:], pos[None, p:], k[None, kpos], v[None, kpos], kpos[None], sink, window)
     assert torch.equal(hot[0], cold[0][:, p:]) and torch.equal(hot[1], cold[1][:, p:])

@@ -15,20 +15,16 @@ pytest.importorskip("sglang")
 
 from sglang.srt.model_executor.forward_batch_info import ForwardMode  # noqa: E402
 
-import hs_kernels as hk  # noqa: E402
 from sglang_hs.backend import HSAttnBackend  # noqa: E402
-from sglang_hs.kv_pool import HSKVPool  # noqa: E402
-from sglang_hs.settings import HSSettings, LayerGroups  # noqa: E402
+from sglang_hs.settings import LayerGroups  # noqa: E402
+from sglang_hs.testing import small_pool  # noqa: E402
 
 SINK, WINDOW, PAGES, WIDTH = 64, 128, 40, 1024  # WIDTH: req_to_token columns (the context length)
 
 
 @pytest.fixture
 def backend():
-    cfg = hk.SparsityConfig(1.0, 1.0, SINK, WINDOW)
-    settings = HSSettings(prefill=cfg, decode=cfg, sink_tokens=SINK, window_tokens=WINDOW, dense_reserve=0.5,
-                          recipe="test", stream_checkpoint=256, layers=[LayerGroups((0,), (1,))], num_kv_heads=2)
-    pool = HSKVPool(PAGES * 64, 64, torch.float32, 2, 64, 1, "cpu", settings)
+    pool = small_pool(LayerGroups((0,), (1,)), 1.0, 1.0, PAGES, sink=SINK, window=WINDOW)
     req_to_token = torch.zeros(4, WIDTH, dtype=torch.int32)
     runner = NS(device="cpu", req_to_token_pool=NS(req_to_token=req_to_token), token_to_kv_pool=pool)
     b = HSAttnBackend(runner)

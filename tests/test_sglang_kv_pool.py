@@ -12,18 +12,15 @@ import torch
 pytest.importorskip("sglang")
 
 import hs_kernels as hk  # noqa: E402
-from sglang_hs.kv_pool import HSKVPool, head_index  # noqa: E402
-from sglang_hs.settings import HSSettings, LayerGroups  # noqa: E402
+from sglang_hs.kv_pool import head_index  # noqa: E402
+from sglang_hs.settings import LayerGroups  # noqa: E402
+from sglang_hs.testing import small_pool  # noqa: E402
 
 H_KV, D, SINK, WINDOW = 4, 64, 64, 128
 
 
 def make_pool(s_k, s_v, pages=64, dense_reserve=0.5, layers=2):
-    groups = [LayerGroups(retrieval=(0, 1, 2), streaming=(3,))] * layers
-    cfg = hk.SparsityConfig(s_k, s_v, SINK, WINDOW)
-    settings = HSSettings(prefill=cfg, decode=cfg, sink_tokens=SINK, window_tokens=WINDOW, dense_reserve=dense_reserve,
-                          recipe="test", stream_checkpoint=256, layers=groups, num_kv_heads=H_KV)
-    return HSKVPool(pages * 64, 64, torch.float32, H_KV, D, layers, "cpu", settings)
+    return small_pool(LayerGroups(retrieval=(0, 1, 2), streaming=(3,)), s_k, s_v, pages, dense_reserve, layers, D, SINK, WINDOW)
 
 
 def fill(pool, n_tokens, gen):
