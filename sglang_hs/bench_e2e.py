@@ -45,6 +45,8 @@ LLAMA_31_8B = {
     "eos_token_id": 128009,
 }
 
+FIT_CONTEXTS = (32768, 65536, 131072)
+
 
 def write_shape_checkpoint(out_dir: Path, config: dict, retrieval_ratio: float = 0.5) -> Path:
     """A config-only prepared checkpoint (for --load-format dummy): the first ``ratio`` of each
@@ -81,7 +83,15 @@ def stream_one(url: str, ids: list[int], new_tokens: int) -> dict:
     ttft = stamps[0]
     tpot = (stamps[-1] - ttft) / (done - 1) if done > 1 else float("nan")
     return {"ttft_s": ttft, "tpot_s": tpot, "total_s": stamps[-1], "completion_tokens": done,
-            "cached_tokens": meta.get("cached_tokens", 0)}
+            "cached_tokens": meta.get("cached_tokens", 0), "stamps": [t0 + t for t in stamps]}
+
+
+def decode_tpot(runs: list[dict]) -> float:
+    """Median gap between a request's consecutive tokens once every request of the batch has its
+    first token: decode steps alone, no other request's prefill in the way (nan if none)."""
+    start = max(r["stamps"][0] for r in runs)
+    gaps = [b - a for r in runs for a, b in zip(r["stamps"], r["stamps"][1:]) if a >= start]
+    return statistics.median(gaps) if gaps else float("nan")
 
 
 def batch_run(url: str, prompts: list[list[int]], new_tokens: int) -> dict:
@@ -91,7 +101,7 @@ def batch_run(url: str, prompts: list[list[int]], new_tokens: int) -> dict:
         runs = list(ex.map(lambda ids: stream_one(url, ids, new_tokens), prompts))
     wall = time.perf_counter() - t0
     return {"ttft_s": statistics.mean(r["ttft_s"] for r in runs), "tpot_s": statistics.mean(r["tpot_s"] for r in runs),
-            "tokens_per_s": sum(r["completion_tokens"] for r in runs) / wall, "wall_s": wall}
+            "decode_tpot_s": decode_tpot(runs), "tokens_per_s": sum(r["completion_tokens"] for r in runs) / wall, "wall_s": wall}
 
 
 def prefix_run(url: str, prefix: list[int], questions: list[list[int]], new_tokens: int) -> dict:
@@ -198,14 +208,18 @@ def markdown(res: dict) -> str:
     lines = [f"# stock SGLang ({res['stock_backend']} attention backend) vs hs: {res['model']}", "",
              f"{res['date']}, {res['device_name']}; {res['output_tokens']} output tokens per request; "
              f"command: `{res['command']}`", "",
-             "| context | batch | TTFT s stock | TTFT s hs | TPOT ms stock | TPOT ms hs | TPOT stock / hs | tok/s stock | tok/s hs |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "TPOT: per request, first to last token, averaged (at batch > 1 it includes waiting behind the other "
+             "requests' prefill); decode TPOT: median gap between tokens once all requests of the batch have their first.", "",
+             "| context | batch | TTFT s stock | TTFT s hs | TPOT ms stock | TPOT ms hs | TPOT stock / hs | "
+             "decode TPOT ms stock | decode TPOT ms hs | decode stock / hs | tok/s stock | tok/s hs |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     hs_runs = {(r["context"], r["batch"]): r for r in res["hs"]["runs"]}
     for s in res["stock"]["runs"]:
         h = hs_runs.get((s["context"], s["batch"]), {})
-        ratio = f"{s['tpot_s'] / h['tpot_s']:.2f}" if "tpot_s" in s and "tpot_s" in h else "-"
+        ratio = lambda key: f"{s[key] / h[key]:.2f}" if key in s and key in h else "-"  # noqa: E731
         lines.append(f"| {s['context']} | {s['batch']} | {fmt(s, 'ttft_s')} | {fmt(h, 'ttft_s')} | "
-                     f"{fmt(s, 'tpot_s', 1e3, '{:.2f}')} | {fmt(h, 'tpot_s', 1e3, '{:.2f}')} | {ratio} | "
+                     f"{fmt(s, 'tpot_s', 1e3, '{:.2f}')} | {fmt(h, 'tpot_s', 1e3, '{:.2f}')} | {ratio('tpot_s')} | "
+                     f"{fmt(s, 'decode_tpot_s', 1e3, '{:.2f}')} | {fmt(h, 'decode_tpot_s', 1e3, '{:.2f}')} | {ratio('decode_tpot_s')} | "
                      f"{fmt(s, 'tokens_per_s', 1, '{:.1f}')} | {fmt(h, 'tokens_per_s', 1, '{:.1f}')} |")
     lines += ["", "| engine | prefix tokens | cold TTFT s | cached TTFT s | cached / cold | cached tokens | "
               "KV bytes / token | pool capacity, tokens |", "|---|---|---|---|---|---|---|---|"]
@@ -216,7 +230,9 @@ def markdown(res: dict) -> str:
                      f"{kv.get('kv_bytes_per_token', '-')} | {kv.get('capacity_tokens', '-')} |")
     cap = [res[n]["kv"].get("capacity_tokens") for n in ("stock", "hs")]
     if all(cap):
-        lines += ["", f"KV capacity hs / stock at --mem-fraction-static {res['mem_fraction']}: {cap[1] / cap[0]:.2f}x"]
+        lines += ["", f"KV capacity hs / stock at --mem-fraction-static {res['mem_fraction']}: {cap[1] / cap[0]:.2f}x; "
+                  "largest batch whose KV fits the pool at once (capacity // context), stock / hs: "
+                  + ", ".join(f"{c // 1024}K {cap[0] // c} / {cap[1] // c}" for c in FIT_CONTEXTS)]
     return "\n".join(lines)
 
 

@@ -51,16 +51,22 @@ def head_index(groups, per_group: int, device):
 
 
 def bytes_per_token(settings: HSSettings, head_dim: int, value_bytes: int, layers=None) -> float:
-    """Pool bytes SGLang sizes by, per token of capacity (all layers of this rank)."""
+    """Pool bytes SGLang sizes by, per token of capacity (all layers of this rank); a reserve given
+    as a fraction counts here, the auto reserve is a fixed amount (reserve_page_bytes)."""
     total = 0.0
     for groups in (settings.layers if layers is None else layers):
         n_r, n_s = len(groups.retrieval), len(groups.streaming)
         total += 2 * n_s * head_dim * value_bytes * settings.stream_fraction
         for s in (settings.decode.s_k, settings.decode.s_v):
-            dense = (1 - s) + settings.dense_reserve
             sparse = s * (head_dim / 2 * value_bytes + head_dim / 8)  # values + int16 metadata
-            total += n_r * (dense * head_dim * value_bytes + sparse + 4 / BLOCK_SIZE)  # + index entry
-    return total
+            total += n_r * ((1 - s) * head_dim * value_bytes + sparse + 4 / BLOCK_SIZE)  # + index entry
+    return total + (settings.dense_reserve or 0.0) * reserve_page_bytes(settings, head_dim, value_bytes, layers) / BLOCK_SIZE
+
+
+def reserve_page_bytes(settings: HSSettings, head_dim: int, value_bytes: int, layers=None) -> int:
+    """Bytes of one reserve page: dense K and V blocks of every retrieval group and a stream slot."""
+    heads = sum(len(g.retrieval) + len(g.streaming) for g in (settings.layers if layers is None else layers))
+    return 2 * heads * BLOCK_SIZE * head_dim * value_bytes
 
 
 class LayerStore:
@@ -72,7 +78,7 @@ class LayerStore:
         self.streaming = head_index(self.groups.streaming, 1, device)
         self.n_r, self.n_s = len(self.groups.retrieval), len(self.groups.streaming)
         self.pools, self.index, self.dense_free, self.sparse_free = {}, {}, {}, {}
-        reserve_pages = math.ceil(settings.dense_reserve * num_pages)
+        reserve_pages = settings.reserve_pages(num_pages)
         for op, s in (("k", settings.decode.s_k), ("v", settings.decode.s_v)):
             n_sparse = math.ceil(num_pages * self.n_r * s)
             n_dense = math.ceil(num_pages * self.n_r * (1 - s)) + reserve_pages * self.n_r
@@ -170,7 +176,8 @@ class HSKVPool(KVCache):
         self.num_pages = size // page_size + 1  # + SGLang's dummy page 0 (padding writes)
         layer_groups = settings.layers[self.start_layer:self.start_layer + layer_num]
         self.has_stream = any(g.streaming for g in layer_groups)
-        stream_slots = min(self.num_pages, math.ceil((self.num_pages - 1) * settings.stream_fraction) + 1) if self.has_stream else 0
+        stream_slots = (min(self.num_pages, math.ceil((self.num_pages - 1) * settings.stream_fraction)
+                            + settings.reserve_pages(self.num_pages - 1) + 1) if self.has_stream else 0)
         self.stream_index = torch.full((self.num_pages,), NO_BLOCK, dtype=torch.int64, device=device)
         self.stream_free = SlotStack(stream_slots, device)
         self.live = torch.zeros(self.num_pages, dtype=torch.int32, device=device)  # running windows per page
@@ -188,7 +195,7 @@ class HSKVPool(KVCache):
         if need <= have:
             return None
         return (f"a prefill chunk of {chunk_tokens} tokens needs {need} dense/stream pages, the pool has {have} "
-                f"({self.num_pages - 1} pages, --hs-dense-reserve {self.settings.dense_reserve}); prompts that long "
+                f"({self.num_pages - 1} pages, --hs-dense-reserve {'auto' if self.settings.dense_reserve is None else self.settings.dense_reserve}); prompts that long "
                 "will fail with 'Prefill out of memory': raise --hs-dense-reserve or lower --chunked-prefill-size")
 
     # ---- page lifecycle (called by HSTokenAllocator) ----

@@ -2,7 +2,7 @@
 
 Uses only SGLang's extension points: the attention backend registry and its CLI choices, the
 radix-cache backend registry, and HookRegistry hooks on the KV pool / allocator builders, the
-pool sizing (bytes per token) and ServerArgs validation. Everything is inert unless
+pool sizing (bytes per token, the reserve's bytes) and ServerArgs validation. Everything is inert unless
 ``--attention-backend hs`` is selected.
 """
 
@@ -28,7 +28,10 @@ def settings_for(server_args, tp_size: int = 1, tp_rank: int = 0) -> HSSettings:
     """This process's HSSettings (resolved once)."""
     global _settings
     if _settings is None:
-        _settings = resolve(server_args.model_path, page_size=server_args.page_size, tp_size=tp_size, tp_rank=tp_rank)
+        chunk = server_args.chunked_prefill_size
+        _settings = resolve(server_args.model_path, page_size=server_args.page_size, tp_size=tp_size, tp_rank=tp_rank,
+                            chunk_tokens=chunk if chunk and chunk > 0 else server_args.context_length,
+                            running_requests=server_args.max_running_requests)
     return _settings
 
 
@@ -117,13 +120,20 @@ def _cell_size(original, self, kvc, num_layers):
     import torch
     from sglang.srt.runtime_context import get_parallel
 
-    from .kv_pool import bytes_per_token
+    from .kv_pool import bytes_per_token, reserve_page_bytes
 
     par = get_parallel()
     settings = settings_for(kvc.server_args, par.attn_tp_size, par.attn_tp_rank)
     layers = settings.layers[kvc.layer_info.start_layer:kvc.layer_info.end_layer]
     value_bytes = torch._utils._element_size(kvc.kv_cache_dtype)
+    if settings.dense_reserve is None:
+        self.hs_reserve_bytes = settings.auto_reserve_pages * reserve_page_bytes(settings, kvc.model_config.head_dim, value_bytes, layers)
     return int(round(bytes_per_token(settings, kvc.model_config.head_dim, value_bytes, layers)))
+
+
+def _pool_sizes(original, self, available_bytes, page_size):
+    """The auto reserve is a fixed number of pages (not per token): its bytes come off the budget first."""
+    return original(self, max(0, available_bytes - getattr(self, "hs_reserve_bytes", 0)), page_size)
 
 
 def _support_triton(original, backend):
@@ -187,6 +197,8 @@ def register() -> None:
     HookRegistry.register(f"{cfg}._build_token_to_kv_pool_allocator", _build_allocator, HookType.AROUND)
     HookRegistry.register("sglang.srt.model_executor.pool_configurator.DefaultPoolConfigurator._compute_cell_size",
                           _cell_size, HookType.AROUND)
+    HookRegistry.register("sglang.srt.model_executor.pool_configurator.DefaultPoolConfigurator.calculate_pool_sizes",
+                          _pool_sizes, HookType.AROUND)
     HookRegistry.register("sglang.srt.managers.scheduler.Scheduler.on_idle", _on_idle, HookType.AFTER)
     HookRegistry.register("sglang.srt.utils.common.support_triton", _support_triton, HookType.AROUND)
     HookRegistry.register("sglang.srt.mem_cache.allocation.get_last_loc", _get_last_loc, HookType.AROUND)

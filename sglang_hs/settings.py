@@ -8,6 +8,7 @@ per-layer retrieval/streaming split comes only from the prepared checkpoint's co
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,18 +39,25 @@ class HSSettings:
     decode: SparsityConfig
     sink_tokens: int
     window_tokens: int
-    dense_reserve: float
+    dense_reserve: float | None  # a fraction of the pool's pages; None: auto_reserve_pages
     recipe: str
-    stream_checkpoint: int = 2048
+    stream_checkpoint: int = 4096
     layers: list[LayerGroups] = field(default_factory=list)
     num_kv_heads: int = 0
+    auto_reserve_pages: int = 0
 
     @property
     def stream_fraction(self) -> float:
-        """Stream slots per page of the pool: one window per checkpoint interval, plus the reserve
-        (sinks, running windows, pages of a prefill chunk not yet trimmed)."""
+        """Stream slots per cached page: one window per checkpoint interval."""
         window = -(-self.window_tokens // BLOCK_SIZE) * BLOCK_SIZE
-        return min(1.0, window / self.stream_checkpoint + self.dense_reserve)
+        return min(1.0, window / self.stream_checkpoint)
+
+    def reserve_pages(self, num_pages: int) -> int:
+        """Pages of dense retrieval blocks and stream slots beyond what the decode sparsity and the
+        checkpoints need: sinks, windows, and pages not yet compressed or trimmed."""
+        if self.dense_reserve is not None:
+            return math.ceil(self.dense_reserve * num_pages)
+        return min(num_pages, self.auto_reserve_pages)
 
     def groups(self, layer_id: int) -> LayerGroups:
         return self.layers[layer_id]
@@ -70,6 +78,22 @@ class HSSettings:
 
 # ---- flags ----
 
+RESERVE_REQUESTS = 32  # running requests the auto reserve holds sinks and windows for, unless --max-running-requests says
+
+
+def fraction_or_auto(value: str) -> float | None:
+    return None if value == "auto" else float(value)
+
+
+fraction_or_auto.__name__ = "a fraction or 'auto'"
+
+
+def auto_reserve_pages(chunk_tokens: int, running_requests: int, sink: int, window: int) -> int:
+    """Dense/stream pages that one prefill chunk (dense until compressed, streamed until trimmed)
+    and ``running_requests`` requests' sinks, windows and open pages hold at once."""
+    pages = lambda n: -(-n // BLOCK_SIZE)  # noqa: E731
+    return pages(chunk_tokens) + 1 + running_requests * (pages(sink) + pages(window) + 2)
+
 FLAGS = {
     # flag: (key, type, help)
     "--hs-prefill-sk": ("prefill_sk", float, "block sparsity of K during prefill, in [0, 1]"),
@@ -78,7 +102,7 @@ FLAGS = {
     "--hs-decode-sv": ("decode_sv", float, "block sparsity of V in the cache (decode), in [0, 1]"),
     "--hs-sink-tokens": ("sink_tokens", int, "dense sink tokens (streaming groups see only sink + window)"),
     "--hs-window-tokens": ("window_tokens", int, "dense recent-window tokens"),
-    "--hs-dense-reserve": ("dense_reserve", float, "extra dense block and stream page capacity, fraction of the pool (windows, sinks, blocks awaiting compression or trimming)"),
+    "--hs-dense-reserve": ("dense_reserve", fraction_or_auto, "extra dense block and stream page capacity (sinks, windows, blocks awaiting compression or trimming): 'auto' (default: one prefill chunk plus the sinks and windows of --max-running-requests, or 32, requests) or a fraction of the pool"),
     "--hs-stream-checkpoint": ("stream_checkpoint", int, "streaming groups keep their window before every multiple of this many tokens (a multiple of 64, >= window); a cached prefix is reused up to the last such point"),
     "--hs-recipe": ("recipe", str, "recipe name in recipes/ or a path to a recipe JSON (default: by model type)"),
 }
@@ -170,8 +194,11 @@ def layer_groups(section: dict, num_layers: int, tp_size: int, tp_rank: int) -> 
 # ---- resolution ----
 
 def resolve(model_path: str, hs_args: dict | None = None, page_size: int | None = BLOCK_SIZE,
-            tp_size: int = 1, tp_rank: int = 0) -> HSSettings:
-    """Check the checkpoint, recipe and flags; HSConfigError (one line) on anything wrong."""
+            tp_size: int = 1, tp_rank: int = 0, chunk_tokens: int | None = None,
+            running_requests: int | None = None) -> HSSettings:
+    """Check the checkpoint, recipe and flags; HSConfigError (one line) on anything wrong.
+    ``chunk_tokens`` (SGLang's prefill chunk; default: the model's context length) and
+    ``running_requests`` (default RESERVE_REQUESTS) size the auto reserve."""
     if page_size != BLOCK_SIZE:
         raise HSConfigError(f"the hs backend needs --page-size {BLOCK_SIZE} (one page = one HieraSparse block), got {page_size}")
     hs_args = dict(hs_args if hs_args is not None else hs_args_from_env())
@@ -191,12 +218,13 @@ def resolve(model_path: str, hs_args: dict | None = None, page_size: int | None 
         raise HSConfigError(f"sparsity out of range: {e} (--hs-*-sk/--hs-*-sv take values in [0, 1])") from None
     sink = int(pick("sink_tokens", recipe.get("sink_tokens", 128)))
     window = int(pick("window_tokens", recipe.get("window_tokens", 256)))
-    reserve = float(pick("dense_reserve", 0.25))
+    reserve = pick("dense_reserve", None)
+    reserve = None if reserve is None else fraction_or_auto(str(reserve))
     if sink < 0 or window < 1:
         raise HSConfigError(f"--hs-sink-tokens must be >= 0 and --hs-window-tokens >= 1, got {sink}, {window}")
-    if not 0.0 <= reserve <= 1.0:
+    if reserve is not None and not 0.0 <= reserve <= 1.0:
         raise HSConfigError(f"--hs-dense-reserve must be in [0, 1], got {reserve}")
-    checkpoint = int(pick("stream_checkpoint", recipe.get("stream_checkpoint", 2048)))
+    checkpoint = int(pick("stream_checkpoint", recipe.get("stream_checkpoint", 4096)))
     if checkpoint % BLOCK_SIZE or checkpoint < window or checkpoint <= 0:
         raise HSConfigError(f"--hs-stream-checkpoint must be a positive multiple of {BLOCK_SIZE} and >= the window ({window}), got {checkpoint}")
     with_window = lambda c: SparsityConfig(c.s_k, c.s_v, sink, window)  # noqa: E731
@@ -210,4 +238,6 @@ def resolve(model_path: str, hs_args: dict | None = None, page_size: int | None 
         stream_checkpoint=checkpoint,
         layers=layer_groups(section, num_layers, tp_size, tp_rank),
         num_kv_heads=section["num_key_value_heads"] // tp_size,
+        auto_reserve_pages=auto_reserve_pages(chunk_tokens or text_config.get("max_position_embeddings", 8192),
+                                              running_requests or RESERVE_REQUESTS, sink, window),
     )

@@ -115,8 +115,8 @@ def greedy_divergence(a: dict, b: dict) -> tuple[int | None, float, float]:
     return first, diff, margin
 
 
-def small_pool(groups, s_k: float, s_v: float, pages: int, dense_reserve: float = 0.5, layers: int = 1,
-               head_dim: int = 64, sink: int = 64, window: int = 128):
+def small_pool(groups, s_k: float, s_v: float, pages: int, dense_reserve: float | None = 0.5, layers: int = 1,
+               head_dim: int = 64, sink: int = 64, window: int = 128, auto_reserve_pages: int = 0):
     """An ``HSKVPool`` on CPU (float32, page 64, stream checkpoint 256) for unit tests: every layer
     split as ``groups`` (``LayerGroups``), the same sparsity for prefill and decode."""
     import torch
@@ -128,7 +128,8 @@ def small_pool(groups, s_k: float, s_v: float, pages: int, dense_reserve: float 
     cfg = SparsityConfig(s_k, s_v, sink, window)
     h_kv = len(groups.retrieval) + len(groups.streaming)
     settings = HSSettings(prefill=cfg, decode=cfg, sink_tokens=sink, window_tokens=window, dense_reserve=dense_reserve,
-                          recipe="test", stream_checkpoint=256, layers=[groups] * layers, num_kv_heads=h_kv)
+                          recipe="test", stream_checkpoint=256, layers=[groups] * layers, num_kv_heads=h_kv,
+                          auto_reserve_pages=auto_reserve_pages)
     return HSKVPool(pages * 64, 64, torch.float32, h_kv, head_dim, layers, "cpu", settings)
 
 

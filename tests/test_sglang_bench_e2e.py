@@ -1,11 +1,13 @@
 """CPU: the end-to-end benchmark's synthetic checkpoint is one the hs extension accepts, and its
 report computes the ratios from the measured runs (the measurement itself runs on the GPU machine)."""
 
+import math
+
 import pytest
 
 pytest.importorskip("sglang")
 
-from sglang_hs.bench_e2e import LLAMA_31_8B, context_length, markdown, write_shape_checkpoint  # noqa: E402
+from sglang_hs.bench_e2e import LLAMA_31_8B, context_length, decode_tpot, markdown, write_shape_checkpoint  # noqa: E402
 from sglang_hs.settings import resolve  # noqa: E402
 
 
@@ -18,20 +20,30 @@ def test_shape_checkpoint_is_a_prepared_llama_8b(tmp_path):
 
 
 def test_report_ratios():
-    run = lambda ctx, b, ttft, tpot, tps: {"context": ctx, "batch": b, "ttft_s": ttft, "tpot_s": tpot, "tokens_per_s": tps}  # noqa: E731
+    run = lambda ctx, b, ttft, tpot, tps: {"context": ctx, "batch": b, "ttft_s": ttft, "tpot_s": tpot,  # noqa: E731
+                                           "decode_tpot_s": tpot / 2, "tokens_per_s": tps}
     res = {"model": "m", "stock_backend": "triton", "output_tokens": 32, "prefix_tokens": 1000, "mem_fraction": 0.8,
            "date": "d", "device_name": "gpu", "command": "c",
            "stock": {"runs": [run(64, 1, 0.5, 0.020, 50.0), {"context": 128, "batch": 1, "error": "RuntimeError: too long"}],
                      "prefix": {"cold_ttft_s": 2.0, "cached_ttft_s": 0.1, "cached_tokens": [1000]},
-                     "kv": {"capacity_tokens": 1000, "kv_bytes_per_token": 4096}},
+                     "kv": {"capacity_tokens": 100_000, "kv_bytes_per_token": 4096}},
            "hs": {"runs": [run(64, 1, 0.4, 0.010, 100.0), run(128, 1, 0.8, 0.012, 80.0)],
                   "prefix": {"cold_ttft_s": 1.0, "cached_ttft_s": 0.05, "cached_tokens": [960]},
-                  "kv": {"capacity_tokens": 3500, "kv_bytes_per_token": 1170}}}
+                  "kv": {"capacity_tokens": 350_000, "kv_bytes_per_token": 1170}}}
     text = markdown(res)
-    assert "| 64 | 1 | 0.500 | 0.400 | 20.00 | 10.00 | 2.00 | 50.0 | 100.0 |" in text
+    assert "| 64 | 1 | 0.500 | 0.400 | 20.00 | 10.00 | 2.00 | 10.00 | 5.00 | 2.00 | 50.0 | 100.0 |" in text
     assert "| 128 | 1 | RuntimeError: too long | 0.800 |" in text
-    assert "| stock | 1000 | 2.000 | 0.100 | 0.050 | [1000] | 4096 | 1000 |" in text
+    assert "| stock | 1000 | 2.000 | 0.100 | 0.050 | [1000] | 4096 | 100000 |" in text
     assert "KV capacity hs / stock at --mem-fraction-static 0.8: 3.50x" in text
+    assert "stock / hs: 32K 3 / 10, 64K 1 / 5, 128K 0 / 2" in text
+
+
+def test_decode_tpot_counts_only_gaps_after_every_first_token():
+    # request a decodes between b's prefill chunks (gaps of 1.0), then both decode (gaps of 0.1)
+    a = {"stamps": [0.0, 1.0, 2.0, 2.1, 2.2, 2.3]}
+    b = {"stamps": [2.0, 2.1, 2.2, 2.3]}
+    assert abs(decode_tpot([a, b]) - 0.1) < 1e-9
+    assert math.isnan(decode_tpot([{"stamps": [0.0]}, {"stamps": [1.0]}]))
 
 
 def test_context_length_stays_within_the_models_limit():
