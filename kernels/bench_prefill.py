@@ -2,7 +2,7 @@
 serving path) and the TileLang Trans-Both kernel (``tl_prefill``, sparse tensor cores).
 
     python -m hs_kernels.bench_prefill [--tokens 32768] [--chunk 8192] [--triton-configs 128:8:2,64:4:2]
-        [--variants 128:mn:128,64:mn:128] [--no-tilelang] [--prebuild]
+        [--variants 128:mn:128,64:mn:128] [--no-tilelang] [--prebuild] [--question 64]
 
 Triton rows: the sequence prefilled in chunks of ``--chunk`` tokens, as SGLang's chunked prefill
 runs it, each chunk against the previous chunks stored in the pools with block sparsity S_K / S_V
@@ -17,6 +17,8 @@ given S_K / S_V (S = 0: every tile dense, straight from k/v). Effective TFLOP/s 
 causal work for every row: 4 * T^2 / 2 * H_q * D (two GEMMs, 2 FLOP per multiply-add, half the
 score matrix), whatever the kernel skips. ``--prebuild`` compiles every kernel the GPU tests and
 this benchmark use, in parallel processes (TileLang's disk cache then serves them).
+``--question N``: then N query tokens after the whole sequence as a cached prefix, the prefix split
+among programs (``prefill_splits``) vs not, and cuDNN on the same keys.
 """
 
 import argparse
@@ -225,6 +227,35 @@ def bench_triton(q, k, v, chunk: int, configs, add, ref_out) -> None:
             del k_pool, v_pool
 
 
+def bench_question(prefix: int, t: int) -> None:
+    """A ``t``-token question after a cached ``prefix`` (the cached-prefix TTFT case): the prefix split
+    among programs (auto) vs one program per (tile, head) walking all of it; cuDNN attends the same
+    keys without a mask (the question's own causal part is negligible)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.functional import scaled_dot_product_attention as sdpa
+
+    from hs_kernels import gpu
+
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(1)
+    q, k, v = (torch.randn(t, h, D, device="cuda", dtype=torch.bfloat16, generator=gen) for h in (H_Q, H_KV, H_KV))
+    pk, pv = (torch.randn(prefix, H_KV, D, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(2))
+    qb = q.transpose(0, 1)[None]
+    kb, vb = (torch.cat((p_, x)).transpose(0, 1)[None] for p_, x in ((pk, k), (pv, v)))
+    with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+        cudnn = timeit(lambda: sdpa(qb, kb, vb, enable_gqa=True), iters=20)
+    print(f"\n{t}-token question after a {prefix}-token prefix ({H_Q}/{H_KV} heads, d {D}, bf16); cuDNN {cudnn:.3f} ms\n"
+          "| prefix S_K/S_V | splits | ms | vs cuDNN | vs unsplit |\n|---|---|---|---|---|", flush=True)
+    for sk, sv in ((0, 0), (1, 1)):
+        (k_pool, k_idx), (v_pool, v_idx) = _pools_at(pk, "k", sk, gen), _pools_at(pv, "v", sv, gen)
+        run = lambda n: lambda: gpu.triton_prefill(q, k, v, k_pool, v_pool, k_idx, v_idx, prefix, D ** -0.5,  # noqa: E731
+                                                    splits=n)
+        one = timeit(run(1), iters=20)
+        auto = gpu.prefill_splits(-(-t // 128) * H_Q, prefix // 64, q.device)
+        for n, ms in ((1, one), (auto, timeit(run(None), iters=20))):
+            print(f"| {sk}/{sv} | {n} | {ms:.3f} | {cudnn / ms:.2f}x | {one / ms:.2f}x |", flush=True)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--tokens", type=int, default=32768)
@@ -233,6 +264,8 @@ def main(argv=None):
     ap.add_argument("--chunk", type=int, default=8192, help="Triton rows: chunked-prefill chunk (a multiple of 64)")
     ap.add_argument("--triton-configs", default="128:8:3,128:8:2,64:4:3", help="block_m:num_warps:num_stages list")
     ap.add_argument("--no-tilelang", action="store_true", help="skip the TileLang rows (and compression)")
+    ap.add_argument("--question", type=int, default=64, help="also time a question of this many tokens after a "
+                    "--tokens prefix (0: skip)")
     ap.add_argument("--prebuild", action="store_true")
     ap.add_argument("--workers", type=int, default=min(16, os.cpu_count() or 1))
     a = ap.parse_args(argv)
@@ -248,6 +281,8 @@ def main(argv=None):
     print("\n| kernel | ms | eff. TFLOP/s | vs cuDNN | of 790 dense | note |\n|---|---|---|---|---|---|")
     for name, ms, tf, note in rows:
         print(f"| {name} | {ms:.2f} | {tf:.0f} | {cudnn / ms:.2f}x | {tf / DENSE_TFLOPS:.0%} | {note} |")
+    if a.question:
+        bench_question(a.tokens, a.question)
 
 
 if __name__ == "__main__":

@@ -67,6 +67,17 @@ def default_splits(batch: int, h_kv: int, max_blocks: int, device: torch.device)
     return max(1, min(splits, max(1, max_blocks // 8)))
 
 
+def prefill_splits(programs: int, full_blocks: int, device: torch.device) -> int:
+    """Prefix splits for a prefill of ``programs`` (query tile, head) programs: enough for about two
+    programs per SM, at least 16 full blocks (1024 keys) per split; 1 when the chunk fills the GPU."""
+    if device.type != "cuda":
+        return 1
+    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    if programs >= 2 * sms:
+        return 1
+    return max(1, min(-(-2 * sms // programs), full_blocks // 16))
+
+
 def _nonempty(x: torch.Tensor) -> torch.Tensor:
     """A pool tensor with at least one slot (an empty pool is never read, but needs a pointer)."""
     return x.contiguous() if x.shape[0] else torch.zeros((1, *x.shape[1:]), dtype=x.dtype, device=x.device)
@@ -179,12 +190,14 @@ def _entry_kinds(k_index: torch.Tensor, v_index: torch.Tensor, used: int) -> tup
 
 def triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len: int, scale: float,
                    block_m: int = 128, num_warps: int = 8, num_stages: int = 3, select: bool = False,
-                   out=None, lse=None):
+                   out=None, lse=None, splits: int | None = None):
     """Launch the Triton prefill on checked inputs (also under Triton's CPU interpreter, as
     ``triton_decode``). The kernel variant follows the prefix's entries: all dense, all sparse or
     mixed (``select``: the mixed variant picks a block's copy by a select, not a branch).
     ``out [T, H_q, D]`` / ``lse [T, H_q]`` float32: optional output buffers (tests pass poisoned
-    ones to see that every element is written)."""
+    ones to see that every element is written). ``splits``: prefix splits, merged by
+    ``combine_kernel`` (default ``prefill_splits``; at most one per full prefix block)."""
+    from . import triton_decode as td
     from . import triton_prefill as tp
     from .triton_blocks import LOG2E
 
@@ -193,14 +206,23 @@ def triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len: int, s
     out = torch.empty_like(q) if out is None else out
     lse = torch.empty(t, h_q, dtype=torch.float32, device=q.device) if lse is None else lse
     k_mode, v_mode = _entry_kinds(k_index, v_index, -(-prefix_len // BLOCK_SIZE))
+    tiles, full = -(-t // block_m), prefix_len // BLOCK_SIZE
+    splits = max(1, min(full, prefill_splits(tiles * h_q, full, q.device) if splits is None else splits))
+    per_split = -(-full // splits)
+    splits = max(1, -(-full // per_split)) if full else 1  # no empty split
+    part_out, part_lse = (out, lse) if splits == 1 else (
+        torch.empty(t, h_q, splits, d, dtype=torch.float32, device=q.device),
+        torch.empty(t, h_q, splits, dtype=torch.float32, device=q.device))
     k_index, v_index = _with_column(k_index), _with_column(v_index)
-    tp.prefill_kernel[(-(-t // block_m), h_q)](
+    tp.prefill_kernel[(tiles, h_q, splits)](
         q.contiguous(), k.contiguous(), v.contiguous(),
         _nonempty(k_pool.dense), _nonempty(k_pool.values), _nonempty(k_pool.meta),
         _nonempty(v_pool.dense), _nonempty(v_pool.values), _nonempty(v_pool.meta),
-        k_index, v_index, out, lse, scale * LOG2E, t, prefix_len, k_index.shape[1],
+        k_index, v_index, part_out, part_lse, scale * LOG2E, t, prefix_len, k_index.shape[1], per_split,
         H_KV=h_kv, G=h_q // h_kv, D=d, BLOCK_M=block_m, K_MODE=k_mode, V_MODE=v_mode,
-        PRMT=q.is_cuda, SELECT=select, num_warps=num_warps, num_stages=num_stages)
+        PRMT=q.is_cuda, SELECT=select, SPLIT=splits > 1, num_warps=num_warps, num_stages=num_stages)
+    if splits > 1:
+        td.combine_kernel[(t * h_q,)](part_out, part_lse, out, lse, splits, D=d, SPLITS_P2=_next_pow2(splits))
     return out, lse
 
 

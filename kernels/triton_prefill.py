@@ -9,6 +9,10 @@ query head)``, heavy (late) tiles first; online softmax in base 2 over three key
   * the chunk's key tiles strictly below the diagonal (no mask);
   * the diagonal tiles (causal mask).
 The chunk's own keys come dense from ``k``/``v`` (the serving backend passes them already pruned).
+With ``SPLIT`` the prefix blocks are divided among the programs of grid axis 2 (``per_split``
+blocks each; the last one also takes the partial block and the chunk) and each writes its
+normalised partial output and log-sum-exp for ``triton_decode.combine_kernel``: a short chunk
+(a question after a cached prefix) then fills the GPU instead of walking the prefix in a few programs.
 ``K_MODE`` / ``V_MODE`` (1 dense, 2 sparse, 3 both) are chosen from the prefix's entries (the
 all-dense and all-sparse kernels read only one copy); ``SELECT`` picks, in mode 3, between the two
 copies with a select instead of a branch.
@@ -61,11 +65,14 @@ def _prefix_block(q, m_i, l_i, acc, scale_log2, j, live, k_dense, k_vals, k_meta
 
 @triton.jit
 def prefill_kernel(q_ptr, k_ptr, v_ptr, k_dense, k_vals, k_meta, v_dense, v_vals, v_meta, k_index, v_index,
-                   out_ptr, lse_ptr, scale_log2, t_len, prefix_len, nb,
+                   out_ptr, lse_ptr, scale_log2, t_len, prefix_len, nb, per_split,
                    H_KV: tl.constexpr, G: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr,
-                   K_MODE: tl.constexpr, V_MODE: tl.constexpr, PRMT: tl.constexpr, SELECT: tl.constexpr):
+                   K_MODE: tl.constexpr, V_MODE: tl.constexpr, PRMT: tl.constexpr, SELECT: tl.constexpr,
+                   SPLIT: tl.constexpr):
     mx = tl.num_programs(0) - 1 - tl.program_id(0)
     hq = tl.program_id(1)
+    sp = tl.program_id(2)
+    last = sp == tl.num_programs(2) - 1
     hk = hq // G
     h_q = H_KV * G
     rows = mx * BLOCK_M + tl.arange(0, BLOCK_M)  # query index in the chunk
@@ -90,34 +97,37 @@ def prefill_kernel(q_ptr, k_ptr, v_ptr, k_dense, k_vals, k_meta, v_dense, v_vals
     vv_off = cols[:, None] * (BS // 4) + tl.arange(0, BS // 4)[None, :]
     vm_off = cols[:, None] * (BS // 32) + tl.arange(0, BS // 32)[None, :]
     full = prefix_len // BS
-    for j in range(0, full):
+    for j in range(sp * per_split, tl.minimum(full, (sp + 1) * per_split)):
         m_i, l_i, acc = _prefix_block(q, m_i, l_i, acc, scale_log2, j, True, k_dense, k_vals, k_meta, v_dense, v_vals,
                                       v_meta, k_index, v_index, index_row, dense_off, dense_t_off, kv_off, km_off,
                                       vv_off, vm_off, D, K_MODE, V_MODE, PRMT, SELECT, False)
-    if full * BS < prefix_len:  # the last prefix block, partly filled: rows past the prefix masked
-        live = (full * BS + tok) < prefix_len
-        m_i, l_i, acc = _prefix_block(q, m_i, l_i, acc, scale_log2, full, live, k_dense, k_vals, k_meta, v_dense,
-                                      v_vals, v_meta, k_index, v_index, index_row, dense_off, dense_t_off, kv_off,
-                                      km_off, vv_off, vm_off, D, K_MODE, V_MODE, PRMT, SELECT, True)
+    if last:
+        if full * BS < prefix_len:  # the last prefix block, partly filled: rows past the prefix masked
+            live = (full * BS + tok) < prefix_len
+            m_i, l_i, acc = _prefix_block(q, m_i, l_i, acc, scale_log2, full, live, k_dense, k_vals, k_meta, v_dense,
+                                          v_vals, v_meta, k_index, v_index, index_row, dense_off, dense_t_off, kv_off,
+                                          km_off, vv_off, vm_off, D, K_MODE, V_MODE, PRMT, SELECT, True)
 
-    # the chunk: tiles wholly below this query tile's first row, then the diagonal ones
-    row_stride = H_KV * D
-    chunk_off = tok[:, None].to(tl.int64) * row_stride + hk * D + cols[None, :]
-    diag = mx * BLOCK_M
-    for c0 in range(0, diag, BS):
-        k = tl.load(k_ptr + c0 * row_stride + chunk_off)
-        v = tl.load(v_ptr + c0 * row_stride + chunk_off)
-        m_i, l_i, acc = _softmax_step(q, k, v, m_i, l_i, acc, scale_log2, True, False)
-    for c0 in range(diag, tl.minimum(diag + BLOCK_M, t_len), BS):
-        keys = c0 + tok
-        inside = (keys < t_len)[:, None]
-        k = tl.load(k_ptr + c0 * row_stride + chunk_off, mask=inside, other=0.0)
-        v = tl.load(v_ptr + c0 * row_stride + chunk_off, mask=inside, other=0.0)
-        visible = (keys[None, :] <= rows[:, None]) & (keys < t_len)[None, :]
-        m_i, l_i, acc = _softmax_step(q, k, v, m_i, l_i, acc, scale_log2, visible, True)
+        # the chunk: tiles wholly below this query tile's first row, then the diagonal ones
+        row_stride = H_KV * D
+        chunk_off = tok[:, None].to(tl.int64) * row_stride + hk * D + cols[None, :]
+        diag = mx * BLOCK_M
+        for c0 in range(0, diag, BS):
+            k = tl.load(k_ptr + c0 * row_stride + chunk_off)
+            v = tl.load(v_ptr + c0 * row_stride + chunk_off)
+            m_i, l_i, acc = _softmax_step(q, k, v, m_i, l_i, acc, scale_log2, True, False)
+        for c0 in range(diag, tl.minimum(diag + BLOCK_M, t_len), BS):
+            keys = c0 + tok
+            inside = (keys < t_len)[:, None]
+            k = tl.load(k_ptr + c0 * row_stride + chunk_off, mask=inside, other=0.0)
+            v = tl.load(v_ptr + c0 * row_stride + chunk_off, mask=inside, other=0.0)
+            visible = (keys[None, :] <= rows[:, None]) & (keys < t_len)[None, :]
+            m_i, l_i, acc = _softmax_step(q, k, v, m_i, l_i, acc, scale_log2, visible, True)
 
     out = acc / l_i[:, None]
     valid = rows < t_len
-    tl.store(out_ptr + (rows[:, None].to(tl.int64) * h_q + hq) * D + cols[None, :], out.to(out_ptr.dtype.element_ty),
-             mask=valid[:, None])
-    tl.store(lse_ptr + rows.to(tl.int64) * h_q + hq, (m_i + tl.log2(l_i)) * _LN2, mask=valid)
+    row = rows.to(tl.int64) * h_q + hq
+    if SPLIT:  # partials [T * H_q, splits, D] / [T * H_q, splits]
+        row = row * tl.num_programs(2) + sp
+    tl.store(out_ptr + row[:, None] * D + cols[None, :], out.to(out_ptr.dtype.element_ty), mask=valid[:, None])
+    tl.store(lse_ptr + row, (m_i + tl.log2(l_i)) * _LN2, mask=valid)

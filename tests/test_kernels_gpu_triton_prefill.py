@@ -5,7 +5,8 @@ Fresh random inputs every run; the rows past the prefix in its last block are Na
 (they must be ignored); out and lse are poisoned with NaN before each launch and checked fully
 written; every pool path
 (dense / sparse / mixed), tile (64 / 128 rows, 4 / 8 warps), head_dim 64 / 128 / 256 and the GQA
-ratios 1 / 4 / 7 / 8, with the prmt form of the 2:4 unpack and bfloat16.
+ratios 1 / 4 / 7 / 8, with the prmt form of the 2:4 unpack and bfloat16; the prefix split among
+programs (auto for a short chunk after a long prefix, and forced counts).
 """
 
 import pytest
@@ -41,6 +42,10 @@ CASES = [
     (32, 8, 128, torch.bfloat16, 513, 0, 0.0, 0.0, {"block_m": 64, "num_warps": 4, "num_stages": 2}),
     (32, 8, 128, torch.bfloat16, 300, 500, 0.5, 0.5, {"select": True}),  # mixed: select, not branch
     (32, 8, 128, torch.bfloat16, 77, 1000, 0.5, 0.5, {"select": True, "block_m": 64, "num_warps": 4}),
+    (32, 8, 128, torch.bfloat16, 64, 32768, 1.0, 1.0, {}),                # question after a cached prefix: auto split
+    (16, 4, 128, torch.bfloat16, 64, 4000, 0.5, 0.5, {"splits": 5}),      # split, partial last block
+    (32, 8, 128, torch.bfloat16, 200, 2000, 0.5, 0.5, {"splits": 40}),    # more splits than full blocks
+    (16, 2, 64, torch.bfloat16, 33, 1500, 1.0, 0.0, {"splits": 3, "block_m": 64, "num_warps": 4}),
 ]
 
 
@@ -80,3 +85,10 @@ def test_entry_point_runs_the_kernel_and_falls_back(monkeypatch):
     assert launches == [1]
     o32, l32 = ref.prefill_attention(q.float(), k.float(), v.float(), *as_float, k_index, v_index, 390)
     assert torch.equal(out32, o32) and torch.equal(lse32, l32)
+
+
+def test_only_short_chunks_are_split():
+    cuda = torch.device("cuda")
+    assert gpu.prefill_splits(32, 512, cuda) > 1  # 64 queries x 32 heads after 32K: a few programs alone
+    assert gpu.prefill_splits(64 * 32, 512, cuda) == 1  # an 8K chunk fills the GPU
+    assert gpu.prefill_splits(32, 20, cuda) == 1  # a short prefix: not worth a merge
