@@ -86,7 +86,7 @@ def decode_kernel(q_ptr, k_dense, k_vals, k_meta, v_dense, v_vals, v_meta, k_ind
     tl.store(lse_part + part, lse, mask=rows < G)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["splits"])
 def combine_kernel(o_part, lse_part, out, lse_out, splits, D: tl.constexpr, SPLITS_P2: tl.constexpr):
     """Program per (seq, query head): log-sum-exp merge of its ``splits`` partial results."""
     row = tl.program_id(0).to(tl.int64)

@@ -63,7 +63,7 @@ def _prefix_block(q, m_i, l_i, acc, scale_log2, j, live, k_dense, k_vals, k_meta
     return _softmax_step(q, k, v, m_i, l_i, acc, scale_log2, v_mask, MASKED)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["t_len", "prefix_len", "nb", "per_split"])  # one compile per variant, not per length
 def prefill_kernel(q_ptr, k_ptr, v_ptr, k_dense, k_vals, k_meta, v_dense, v_vals, v_meta, k_index, v_index,
                    out_ptr, lse_ptr, scale_log2, t_len, prefix_len, nb, per_split,
                    H_KV: tl.constexpr, G: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr,

@@ -156,9 +156,12 @@ def measure(engine: str, url: str, args, config: dict, rng: random.Random) -> di
     vocab = config["vocab_size"]
     tokens = lambda n: [rng.randrange(10, vocab) for _ in range(n)]  # noqa: E731
     out = {"runs": []}
-    # warm-up at the first context (chunked prefill over cached blocks, decode): kernel compilation
-    # and first-use allocation stay out of the figures
-    stream_one(url, tokens(args.contexts[0] - 2), 2)
+    # warm-up at the first context: two requests at once (chunks over cached blocks and chunks mixing
+    # requests, decode at batch 2), then a question on one's cached prefix (a short chunk after a long
+    # prefix); kernel compilation and first-use allocation stay out of the figures
+    warm = [tokens(args.contexts[0] - 2) for _ in range(2)]
+    batch_run(url, warm, 2)
+    stream_one(url, warm[0] + tokens(64), 2)
     for ctx in args.contexts:
         for b in args.batches:
             prompts = [tokens(ctx - args.output_tokens) for _ in range(b)]

@@ -4,6 +4,7 @@ do the greedy outputs agree?
     python -m sglang_hs.gpu_vs_cpu pack   --model PREPARED --out DIR [--piece-mib 56]
     python -m sglang_hs.gpu_vs_cpu record --model DIR/model --device cpu  --out cpu.json
     python -m sglang_hs.gpu_vs_cpu check  --model DIR/model --device cuda --reference cpu.json --out report.json
+    (either with --engine stock: the same without hs, the control for bf16 alone)
 
 ``pack`` writes a bfloat16 copy of a prepared checkpoint (both sides then read identical weights; the
 GPU serves bf16 anyway) to ``DIR/model`` and, for the device machine, which takes at most 64 MiB per
@@ -80,16 +81,23 @@ def pack(model: Path, out: Path, piece_mib: int) -> list[Path]:
     return sorted(out.glob("piece*"))
 
 
-def generate(model: str, device: str) -> list[dict]:
+def generate(model: str, device: str, engine: str = "hs") -> list[dict]:
+    """The fixed prompts' greedy runs with hs, or with stock SGLang (the control: how far bf16 alone
+    moves the GPU from the CPU; its GPU attention is SGLang's triton backend)."""
+    hs_args = HS_ARGS if engine == "hs" else None
     if device == "cpu":
         from .testing import cpu_engine, use_cpu_placeholder
 
         use_cpu_placeholder()
-        eng = cpu_engine(model, HS_ARGS, **ENGINE)
+        eng = cpu_engine(model, hs_args, **ENGINE)
+    elif hs_args is None:
+        import sglang
+
+        eng = sglang.Engine(model_path=model, device=device, attention_backend="triton", **ENGINE)
     else:
         from .engine import create
 
-        eng = create(model, hs_args=HS_ARGS, device=device, **ENGINE)
+        eng = create(model, hs_args=hs_args, device=device, **ENGINE)
     try:
         runs = []
         flush_cache(eng)
@@ -135,6 +143,7 @@ def main(argv=None) -> int:
     ap.add_argument("--reference", type=Path)
     ap.add_argument("--piece-mib", type=int, default=56)
     ap.add_argument("--tie-margin", type=float, default=0.1)
+    ap.add_argument("--engine", choices=["hs", "stock"], default="hs", help="stock: the control without hs")
     args = ap.parse_args(argv)
     if not (args.model / "config.json").is_file():
         raise SystemExit(f"gpu_vs_cpu: {args.model} is not a checkpoint directory (no config.json)")
@@ -144,9 +153,10 @@ def main(argv=None) -> int:
         return 0
     if args.command == "check" and (args.reference is None or not args.reference.is_file()):
         raise SystemExit("gpu_vs_cpu: check needs --reference, a file written by record")
-    runs = generate(str(args.model), args.device)
+    runs = generate(str(args.model), args.device, args.engine)
     if args.command == "record":
-        result = {"device": args.device, "hs_args": HS_ARGS, "engine": ENGINE, "runs": runs}
+        result = {"device": args.device, "engine": args.engine, "hs_args": HS_ARGS if args.engine == "hs" else None,
+                  "engine_args": ENGINE, "runs": runs}
     else:
         reference = json.loads(args.reference.read_text())
         result = {"device": args.device, "reference_device": reference["device"],
