@@ -81,23 +81,24 @@ def pack(model: Path, out: Path, piece_mib: int) -> list[Path]:
     return sorted(out.glob("piece*"))
 
 
-def generate(model: str, device: str, engine: str = "hs") -> list[dict]:
+def generate(model: str, device: str, engine: str = "hs", dtype: str = "bfloat16") -> list[dict]:
     """The fixed prompts' greedy runs with hs, or with stock SGLang (the control: how far bf16 alone
     moves the GPU from the CPU; its GPU attention is SGLang's triton backend)."""
     hs_args = HS_ARGS if engine == "hs" else None
+    engine_args = {**ENGINE, "dtype": dtype}
     if device == "cpu":
         from .testing import cpu_engine, use_cpu_placeholder
 
         use_cpu_placeholder()
-        eng = cpu_engine(model, hs_args, **ENGINE)
+        eng = cpu_engine(model, hs_args, **engine_args)
     elif hs_args is None:
         import sglang
 
-        eng = sglang.Engine(model_path=model, device=device, attention_backend="triton", **ENGINE)
+        eng = sglang.Engine(model_path=model, device=device, attention_backend="triton", **engine_args)
     else:
         from .engine import create
 
-        eng = create(model, hs_args=hs_args, device=device, **ENGINE)
+        eng = create(model, hs_args=hs_args, device=device, **engine_args)
     try:
         runs = []
         flush_cache(eng)
@@ -144,6 +145,8 @@ def main(argv=None) -> int:
     ap.add_argument("--piece-mib", type=int, default=56)
     ap.add_argument("--tie-margin", type=float, default=0.1)
     ap.add_argument("--engine", choices=["hs", "stock"], default="hs", help="stock: the control without hs")
+    ap.add_argument("--dtype", choices=["bfloat16", "float32"], default="bfloat16",
+                    help="compute dtype (float32 on CPU: how far bf16 alone moves each engine)")
     args = ap.parse_args(argv)
     if not (args.model / "config.json").is_file():
         raise SystemExit(f"gpu_vs_cpu: {args.model} is not a checkpoint directory (no config.json)")
@@ -153,10 +156,10 @@ def main(argv=None) -> int:
         return 0
     if args.command == "check" and (args.reference is None or not args.reference.is_file()):
         raise SystemExit("gpu_vs_cpu: check needs --reference, a file written by record")
-    runs = generate(str(args.model), args.device, args.engine)
+    runs = generate(str(args.model), args.device, args.engine, args.dtype)
     if args.command == "record":
         result = {"device": args.device, "engine": args.engine, "hs_args": HS_ARGS if args.engine == "hs" else None,
-                  "engine_args": ENGINE, "runs": runs}
+                  "engine_args": {**ENGINE, "dtype": args.dtype}, "runs": runs}
     else:
         reference = json.loads(args.reference.read_text())
         result = {"device": args.device, "reference_device": reference["device"],
