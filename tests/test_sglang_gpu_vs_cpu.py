@@ -57,3 +57,24 @@ def test_compare_identical_near_tie_and_real_difference():
     assert not real["ok"] and real["rows"][0]["first_difference"] == 1
     assert "| 0 | 100 | 1 |" in table(real) and "none (identical)" in table(same)
     assert not compare([ref, ref], [ref], 0.1)["ok"]  # a missing run is a failure
+
+
+@pytest.mark.slow
+def test_record_then_check_the_stock_control_in_float32(tmp_path):
+    """The control path end to end on CPU: stock SGLang (no hs), float32; a run checked against
+    itself is identical on every prompt."""
+    from sglang_hs.testing import cpu_env
+
+    model = tiny_llama(str(tmp_path / "m"), layers=1)
+    ref, report = tmp_path / "ref.json", tmp_path / "report.json"
+    cli = [sys.executable, "-m", "sglang_hs.gpu_vs_cpu"]
+    args = ["--model", model, "--device", "cpu", "--engine", "stock", "--dtype", "float32"]
+    r = subprocess.run([*cli, "record", *args, "--out", str(ref)], env=cpu_env(), capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-2000:]
+    recorded = json.loads(ref.read_text())
+    assert recorded["engine"] == "stock" and recorded["hs_args"] is None and recorded["engine_args"]["dtype"] == "float32"
+    assert len(recorded["runs"]) == 4 and all(len(run["output_ids"]) == 32 for run in recorded["runs"])
+    r = subprocess.run([*cli, "check", *args, "--reference", str(ref), "--out", str(report)], env=cpu_env(),
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert all(row["first_difference"] is None for row in json.loads(report.read_text())["rows"])
