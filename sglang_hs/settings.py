@@ -72,6 +72,8 @@ class HSSettings:
             "sink_tokens": self.sink_tokens,
             "window_tokens": self.window_tokens,
             "stream_checkpoint": self.stream_checkpoint,
+            "dense_reserve": "auto" if self.dense_reserve is None else self.dense_reserve,
+            "auto_reserve_pages": self.auto_reserve_pages,
             "retrieval_fraction": n_r / n if n else 0.0,
         }
 
@@ -93,6 +95,7 @@ def auto_reserve_pages(chunk_tokens: int, running_requests: int, sink: int, wind
     and ``running_requests`` requests' sinks, windows and open pages hold at once."""
     pages = lambda n: -(-n // BLOCK_SIZE)  # noqa: E731
     return pages(chunk_tokens) + 1 + running_requests * (pages(sink) + pages(window) + 2)
+
 
 FLAGS = {
     # flag: (key, type, help)
