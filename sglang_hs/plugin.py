@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import os
 
-from .settings import HSConfigError, HSSettings, resolve
+from .settings import RESERVE_REQUESTS, HSConfigError, HSSettings, resolve
 
 logger = logging.getLogger("sglang_hs")
 
@@ -73,7 +73,11 @@ def _check_server_args(self, *args, **kwargs):
         raise HSConfigError("--enable-mixed-chunk is not supported with --attention-backend hs")
     if self.radix_cache_backend != BACKEND:
         raise HSConfigError(f"--radix-cache-backend {self.radix_cache_backend} cannot be used with --attention-backend hs (it needs 'hs')")
-    resolve(self.model_path, page_size=self.page_size, tp_size=self.tp_size)  # raises HSConfigError
+    settings = resolve(self.model_path, page_size=self.page_size, tp_size=self.tp_size)  # raises HSConfigError
+    if settings.dense_reserve is None and self.max_running_requests is None:
+        # the auto reserve holds this many requests' sinks and windows; SGLang admits requests by free
+        # pages alone, and more running requests could use up the dense blocks (a scheduler error)
+        self.max_running_requests = RESERVE_REQUESTS
 
 
 def _build_pool(original, self, *, sizes, **kwargs):
@@ -101,6 +105,8 @@ def _build_pool(original, self, *, sizes, **kwargs):
     warning = pool.chunk_warning(min(chunk if chunk and chunk > 0 else 1 << 62, sizes.max_total_num_tokens, self.model_config.context_len))
     if warning:
         logger.warning("hs: %s", warning)
+    logger.info("hs: KV pool of %d tokens, %d reserve pages (dense blocks and stream slots for one prefill chunk and "
+                "the running requests' sinks and windows)", sizes.max_total_num_tokens, settings.reserve_pages(pool.num_pages))
     return pool
 
 

@@ -79,3 +79,23 @@ def test_budget_loses_the_reserve_bytes_before_the_division():
     assert configurator.calculate_pool_sizes(1_064_000, 64).max_total_num_tokens == 1024  # no reserve set: stock sizing
     configurator.hs_reserve_bytes = 64_000  # what _cell_size leaves for an auto reserve
     assert configurator.calculate_pool_sizes(1_064_000, 64).max_total_num_tokens == 960
+
+
+@pytest.mark.parametrize("hs_args, flags, expected", [
+    ({}, {}, 32),                                    # auto reserve: running requests capped at what it holds
+    ({}, {"max_running_requests": 100}, 100),         # an explicit cap stays (the reserve grows with it)
+    ({"dense_reserve": 0.1}, {}, None),               # a fraction: SGLang's own default
+])
+def test_auto_reserve_caps_running_requests(prepared, monkeypatch, hs_args, flags, expected):
+    from sglang.srt.server_args import ServerArgs
+
+    from sglang_hs.settings import ENV_ARGS
+    from sglang_hs.testing import use_cpu_placeholder
+
+    use_cpu_placeholder()
+    monkeypatch.setenv(ENV_ARGS, json.dumps(hs_args))
+    plugin.register()
+    HookRegistry.apply_hooks()
+    args = ServerArgs(model_path=prepared, attention_backend="hs", device="cpu", **flags)
+    assert args.max_running_requests == expected
+    assert ServerArgs(model_path=prepared, device="cpu").max_running_requests is None  # inert without hs
