@@ -105,7 +105,7 @@ FLAGS = {
     "--hs-decode-sv": ("decode_sv", float, "block sparsity of V in the cache (decode), in [0, 1]"),
     "--hs-sink-tokens": ("sink_tokens", int, "dense sink tokens (streaming groups see only sink + window)"),
     "--hs-window-tokens": ("window_tokens", int, "dense recent-window tokens"),
-    "--hs-dense-reserve": ("dense_reserve", fraction_or_auto, "extra dense block and stream page capacity (sinks, windows, blocks awaiting compression or trimming): 'auto' (default: one prefill chunk plus the sinks and windows of --max-running-requests, or 32, requests) or a fraction of the pool"),
+    "--hs-dense-reserve": ("dense_reserve", fraction_or_auto, "extra dense block and stream page capacity (sinks, windows, blocks awaiting compression or trimming): 'auto' (default: one prefill chunk plus the sinks and windows of --max-running-requests requests; hs sets that to 32 when unset) or a fraction of the pool"),
     "--hs-stream-checkpoint": ("stream_checkpoint", int, "streaming groups keep their window before every multiple of this many tokens (a multiple of 64, >= window); a cached prefix is reused up to the last such point"),
     "--hs-recipe": ("recipe", str, "recipe name in recipes/ or a path to a recipe JSON (default: by model type)"),
 }
