@@ -133,13 +133,19 @@ def _cell_size(original, self, kvc, num_layers):
     layers = settings.layers[kvc.layer_info.start_layer:kvc.layer_info.end_layer]
     value_bytes = torch._utils._element_size(kvc.kv_cache_dtype)
     if settings.dense_reserve is None:
-        self.hs_reserve_bytes = settings.auto_reserve_pages * reserve_page_bytes(settings, kvc.model_config.head_dim, value_bytes, layers)
+        self.hs_reserve = (settings.auto_reserve_pages, reserve_page_bytes(settings, kvc.model_config.head_dim, value_bytes, layers))
     return int(round(bytes_per_token(settings, kvc.model_config.head_dim, value_bytes, layers)))
 
 
 def _pool_sizes(original, self, available_bytes, page_size):
-    """The auto reserve is a fixed number of pages (not per token): its bytes come off the budget first."""
-    return original(self, max(0, available_bytes - getattr(self, "hs_reserve_bytes", 0)), page_size)
+    """The auto reserve is a fixed number of pages (not per token): its bytes come off the budget first.
+    A budget too small for all of it gets the most pages that each carry their reserve share (the
+    pool caps the reserve at its own size)."""
+    pages, page_bytes = getattr(self, "hs_reserve", (0, 0))
+    per_page = self._cell_size * page_size
+    if available_bytes >= pages * (per_page + page_bytes):
+        return original(self, available_bytes - pages * page_bytes, page_size)
+    return original(self, available_bytes * per_page // (per_page + page_bytes), page_size)
 
 
 def _support_triton(original, backend):

@@ -77,8 +77,10 @@ def test_budget_loses_the_reserve_bytes_before_the_division():
     configurator = object.__new__(DefaultPoolConfigurator)
     configurator._cell_size = 1000
     assert configurator.calculate_pool_sizes(1_064_000, 64).max_total_num_tokens == 1024  # no reserve set: stock sizing
-    configurator.hs_reserve_bytes = 64_000  # what _cell_size leaves for an auto reserve
-    assert configurator.calculate_pool_sizes(1_064_000, 64).max_total_num_tokens == 960
+    configurator.hs_reserve = (10, 6_400)  # what _cell_size leaves for an auto reserve: pages, bytes per page
+    assert configurator.calculate_pool_sizes(1_064_000, 64).max_total_num_tokens == 960  # (1,064,000 - 64,000) / 1000
+    # too small for 10 reserve pages: 5 pages of 64,000 B, each with its 6,400 B reserve share
+    assert configurator.calculate_pool_sizes(352_000, 64).max_total_num_tokens == 320
 
 
 @pytest.mark.parametrize("hs_args, flags, expected", [
