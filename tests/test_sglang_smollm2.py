@@ -109,3 +109,22 @@ def test_sparse_cached_equals_cold(smol, placeholder_log, tokenize):
     assert cold["output_ids"]
     assert_same_greedy(cached, cold)
     assert not os.path.exists(placeholder_log), open(placeholder_log).read()
+
+
+@pytest.mark.slow
+def test_demo_serves_with_its_own_flags(smol):
+    """The README's main job, serving half: the demo's server (its small static memory fraction takes
+    SGLang's profiled-budget path with the auto reserve) answers both questions, the second from the
+    prefix cache."""
+    import re
+    import subprocess
+    import sys
+
+    from sglang_hs.testing import cpu_env
+
+    r = subprocess.run([sys.executable, "-m", "sglang_hs.demo", smol["r05"]], env=cpu_env(), capture_output=True,
+                       text=True, timeout=900)
+    assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-2000:])
+    cached = [int(n) for n in re.findall(r"(\d+) from the prefix cache", r.stdout)]
+    assert len(cached) == 2 and cached[0] == 0 and cached[1] > 0, r.stdout[-2000:]
+    assert '"dense_reserve": "auto"' in r.stdout
