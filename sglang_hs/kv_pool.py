@@ -195,7 +195,7 @@ class HSKVPool(KVCache):
         if need <= have:
             return None
         return (f"a prefill chunk of {chunk_tokens} tokens needs {need} dense/stream pages, the pool has {have} "
-                f"({self.num_pages - 1} pages, --hs-dense-reserve {'auto' if self.settings.dense_reserve is None else self.settings.dense_reserve}); prompts that long "
+                f"({self.num_pages - 1} pages, --hs-dense-reserve {self.settings.reserve_flag}); prompts that long "
                 "will fail with 'Prefill out of memory': raise --hs-dense-reserve or lower --chunked-prefill-size")
 
     # ---- page lifecycle (called by HSTokenAllocator) ----

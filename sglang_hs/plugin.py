@@ -28,11 +28,16 @@ def settings_for(server_args, tp_size: int = 1, tp_rank: int = 0) -> HSSettings:
     """This process's HSSettings (resolved once)."""
     global _settings
     if _settings is None:
-        chunk = server_args.chunked_prefill_size
         _settings = resolve(server_args.model_path, page_size=server_args.page_size, tp_size=tp_size, tp_rank=tp_rank,
-                            chunk_tokens=chunk if chunk and chunk > 0 else server_args.context_length,
+                            chunk_tokens=_prefill_chunk(server_args) or server_args.context_length,
                             running_requests=server_args.max_running_requests)
     return _settings
+
+
+def _prefill_chunk(server_args) -> int | None:
+    """SGLang's prefill chunk in tokens; None when chunked prefill is off."""
+    chunk = server_args.chunked_prefill_size
+    return chunk if chunk and chunk > 0 else None
 
 
 def _active(server_args) -> bool:
@@ -101,8 +106,8 @@ def _build_pool(original, self, *, sizes, **kwargs):
         start_layer=self.layer_info.start_layer,
         end_layer=self.layer_info.end_layer,
     )
-    chunk = self.server_args.chunked_prefill_size
-    warning = pool.chunk_warning(min(chunk if chunk and chunk > 0 else 1 << 62, sizes.max_total_num_tokens, self.model_config.context_len))
+    warning = pool.chunk_warning(min(_prefill_chunk(self.server_args) or 1 << 62, sizes.max_total_num_tokens,
+                                     self.model_config.context_len))
     if warning:
         logger.warning("hs: %s", warning)
     logger.info("hs: KV pool of %d tokens, %d reserve pages (dense blocks and stream slots for one prefill chunk and "

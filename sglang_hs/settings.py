@@ -52,6 +52,11 @@ class HSSettings:
         window = -(-self.window_tokens // BLOCK_SIZE) * BLOCK_SIZE
         return min(1.0, window / self.stream_checkpoint)
 
+    @property
+    def reserve_flag(self) -> float | str:
+        """``--hs-dense-reserve`` as given: the fraction, or 'auto'."""
+        return "auto" if self.dense_reserve is None else self.dense_reserve
+
     def reserve_pages(self, num_pages: int) -> int:
         """Pages of dense retrieval blocks and stream slots beyond what the decode sparsity and the
         checkpoints need: sinks, windows, and pages not yet compressed or trimmed."""
@@ -72,7 +77,7 @@ class HSSettings:
             "sink_tokens": self.sink_tokens,
             "window_tokens": self.window_tokens,
             "stream_checkpoint": self.stream_checkpoint,
-            "dense_reserve": "auto" if self.dense_reserve is None else self.dense_reserve,
+            "dense_reserve": self.reserve_flag,
             "auto_reserve_pages": self.auto_reserve_pages,
             "retrieval_fraction": n_r / n if n else 0.0,
         }
