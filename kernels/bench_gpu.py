@@ -6,7 +6,8 @@ Llama-3.1-8B attention shapes: 32 query heads, 8 KV groups, d 128, bf16.
 Decode: B=8, 32K context; ours at S_K/S_V in {0, 0.5, 1} (sink block and 256-token window stay
 dense, as the pruner does), bytes = what the kernel must read (dense blocks, 2:4 values +
 metadata, index maps); GB/s against the 4.3 TB/s copy ceiling. Compression: K and V of 32K tokens
-x 8 KV heads, against cuDNN causal prefill of the same 32K tokens.
+x 8 KV heads (Triton, and TileLang where installed; a loss-only pass as serving's first pass), against
+cuDNN causal prefill of the same 32K tokens.
 Timing: triton.testing.do_bench (median), inputs far larger than L2.
 """
 
@@ -18,7 +19,9 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from hs_kernels import gpu
-from hs_kernels.format import BLOCK_SIZE
+from hs_kernels.compressor import compress_blocks
+from hs_kernels.format import BLOCK_SIZE, sparse_shapes
+from hs_kernels.pruner import block_loss, element_mask
 
 COPY_CEILING = 4.3e12
 H_Q, H_KV, D = 32, 8, 128
@@ -102,16 +105,25 @@ def main():
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--ctx", type=int, default=32768)
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--decode-only", action="store_true", help="skip prefill and compression (no TileLang needed)")
+    ap.add_argument("--decode-only", action="store_true", help="skip prefill and compression")
+    ap.add_argument("--compress-only", action="store_true", help="skip decode")
     args = ap.parse_args()
     if args.prebuild:
         return prebuild()
     gen = torch.Generator(device="cuda")
     gen.manual_seed(0)
     b, ctx = args.batch, args.ctx
-    dense_bytes = 2 * b * H_KV * ctx * D * 2
     rows = []
+    if not args.compress_only:
+        decode_rows(rows, gen, b, ctx, args.quick)
+    if not args.decode_only:
+        compression_rows(rows, gen, args.quick)
+    print_table(rows, b, ctx)
 
+
+def decode_rows(rows, gen, b, ctx, quick):
+    """Decode of B sequences of ctx tokens: cuDNN, SDPA flash and ours at each sparsity."""
+    dense_bytes = 2 * b * H_KV * ctx * D * 2
     q = torch.randn(b, H_Q, D, generator=gen, device="cuda").to(DT)
     kd = torch.randn(b, H_KV, ctx, D, generator=gen, device="cuda").to(DT)
     vd = torch.randn(b, H_KV, ctx, D, generator=gen, device="cuda").to(DT)
@@ -125,7 +137,7 @@ def main():
     del kd, vd
     base = rows[0][2]
 
-    settings = [(0, 0), (1, 1)] if args.quick else [(0, 0), (0.5, 0), (1, 0), (0, 0.5), (0, 1), (0.5, 0.5), (1, 1)]
+    settings = [(0, 0), (1, 1)] if quick else [(0, 0), (0.5, 0), (1, 0), (0, 0.5), (0, 1), (0.5, 0.5), (1, 1)]
     sl = torch.full((b,), ctx, dtype=torch.int32, device="cuda")
     default = gpu.default_splits(b, H_KV, ctx // BLOCK_SIZE, q.device)
     tuning = [{"num_splits": n} for n in (12, 16, 24) if n != default] + [
@@ -134,7 +146,7 @@ def main():
     for s_k, s_v in settings:
         for mixed in ((False, True) if (s_k, s_v) == (0, 0) else (False,)):
             k_pool, v_pool, k_index, v_index, nbytes = decode_inputs(b, ctx, s_k, s_v, gen, sparse_slots=int(mixed))
-            variants = [{}] if (s_k, s_v) not in ((0, 0), (1, 1)) or args.quick or mixed else [{}, *tuning]
+            variants = [{}] if (s_k, s_v) not in ((0, 0), (1, 1)) or quick or mixed else [{}, *tuning]
             for opts in variants:
                 splits = opts.get("num_splits", default)
                 launch = {k: v for k, v in opts.items() if k != "num_splits"}
@@ -147,9 +159,6 @@ def main():
                 rows.append((f"decode B={b} {ctx // 1024}K", f"ours S_K={s_k} S_V={s_v} via decode_attention", ms,
                              nbytes / ms / 1e6, base / ms))
             del k_pool, v_pool
-    if not args.decode_only:
-        compression_rows(rows, gen, args.quick)
-    print_table(rows, b, ctx)
 
 
 def compression_rows(rows, gen, quick):
@@ -164,12 +173,39 @@ def compression_rows(rows, gen, quick):
     rows.append(("prefill 32K causal", "cuDNN SDPA", pre, None, None, flops / pre / 1e9))
     blocks = kp[0].reshape(H_KV * t // BLOCK_SIZE, BLOCK_SIZE, D)
     vblocks = vp[0].reshape(H_KV * t // BLOCK_SIZE, BLOCK_SIZE, D)
-    cbytes = 2 * blocks.numel() * 2 * (1 + 0.5 + 1 / 8)
+    cbytes = 2 * blocks.numel() * 2 * (1 + 0.5 + 1 / 16)  # read dense, write values + metadata
+    n = blocks.shape[0]
+    pools = {op: (torch.empty(n, *sparse_shapes(op, D)[0], dtype=DT, device="cuda"),
+                  torch.empty(n, *sparse_shapes(op, D)[1], dtype=torch.int16, device="cuda")) for op in ("k", "v")}
+    no_slots = torch.full((n,), -1, dtype=torch.int32, device="cuda")
+    loss_only = bench(lambda: [gpu.compress_magnitude(x, op, *pools[op], no_slots) for x, op in ((blocks, "k"), (vblocks, "v"))])
+    rows.append(("compress K+V 32Kx8", f"ours Triton, loss only ({100 * loss_only / pre:.2f}%)", loss_only,
+                 2 * blocks.numel() * 2 / loss_only / 1e6, None))
+    variants = [("triton", None, {})]
+    if not quick:
+        variants += [("triton", None, {"num_warps": warps}) for warps in (2, 4)]
+    if gpu.tilelang_available():
+        variants += [("tilelang", m, {}) for m in ("warp", "block", "group")[:1 if quick else 3]]
+    pairs = ((blocks, "k"), (vblocks, "v"))
+    ref = [(*compress_blocks(x, element_mask(x, op), op), block_loss(x, element_mask(x, op))) for x, op in pairs]
+    slots = torch.arange(n, dtype=torch.int32, device="cuda")
+    bufs = [(*pools[op], torch.empty(n, device="cuda")) for op in ("k", "v")]
     default_mode = gpu._LOSS_MODE
-    for mode in (default_mode, *[m for m in ("block", "warp", "group") if m != default_mode and not quick]):
-        gpu._LOSS_MODE = mode
-        ms = bench(lambda: (gpu.compress_magnitude(blocks, "k"), gpu.compress_magnitude(vblocks, "v")))
-        rows.append(("compress K+V 32Kx8", f"ours, loss {mode} ({100 * ms / pre:.2f}% of cuDNN prefill)", ms,
+    for kernel, mode, opts in variants:
+        gpu._LOSS_MODE = mode or default_mode
+        if kernel == "triton":
+            def run():
+                for (x, op), buf in zip(pairs, bufs):
+                    gpu.triton_compress(x, op, slots, *buf, **opts)
+                return bufs
+        else:
+            def run():
+                return [gpu.compress_magnitude(x, op, kernel=kernel) for x, op in pairs]
+        exact = all(torch.equal(a[0].view(torch.int16), b[0].view(torch.int16)) and torch.equal(a[1], b[1])
+                    and torch.allclose(a[2], b[2], rtol=1e-5) for a, b in zip(run(), ref))
+        ms = bench(run)
+        label = ("Triton" + "".join(f" {k}={v}" for k, v in opts.items()) if mode is None else f"TileLang, loss {mode}")
+        rows.append(("compress K+V 32Kx8", f"ours {label} ({100 * ms / pre:.2f}%){'' if exact else ' WRONG'}", ms,
                      cbytes / ms / 1e6, None))
     gpu._LOSS_MODE = default_mode
 

@@ -6,8 +6,8 @@ float16/bfloat16 tensors with a supported shape, else the reference.
 ``prefill_attention`` likewise runs the Triton prefill kernel (``triton_prefill``); the TileLang
 Trans-Both kernel on sparse tensor cores (``tl_prefill``) is slower so far and only benchmarked.
 ``streaming_attention`` (sink + window, the streaming groups) runs ``triton_stream``.
-``compress_magnitude`` is the fused pruner + compressor (TileLang, ``tl_compress``), with a PyTorch
-fallback. ``triton`` and ``tilelang`` are imported lazily, only on CUDA: this module imports on any
+``compress_magnitude`` is the fused pruner + compressor (Triton ``triton_compress``; the TileLang
+``tl_compress`` on request), with a PyTorch fallback. ``triton`` and ``tilelang`` are imported lazily, only on CUDA: this module imports on any
 machine. Kernels are compiled once per (heads, head_dim, dtype, pool kinds) and cached per process;
 the batch, context length, pool sizes and split count are runtime values.
 """
@@ -278,9 +278,12 @@ def _next_pow2(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
 
+_COMPRESS_BITS = {torch.float16: (16, 0x7C00), torch.bfloat16: (16, 0x7F80), torch.float32: (32, 0x7F800000)}
+
+
 def compress_magnitude(blocks: torch.Tensor, operand: str, values: torch.Tensor | None = None,
-                       meta: torch.Tensor | None = None, slots: torch.Tensor | None = None
-                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                       meta: torch.Tensor | None = None, slots: torch.Tensor | None = None,
+                       kernel: str = "triton") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Fused magnitude pruner + compressor for token-major blocks ``[N, 64, D]`` of ``operand``.
 
     Equals ``mask = element_mask(blocks, operand)``; ``compress_blocks(blocks, mask, operand)``;
@@ -288,11 +291,16 @@ def compress_magnitude(blocks: torch.Tensor, operand: str, values: torch.Tensor 
     ``BlockPool.values``/``.meta``) and ``slots [N]`` int32, block ``n`` is written to slot
     ``slots[n]`` (not at all where ``slots[n] < 0``: a loss-only pass); without them, fresh
     ``[N, ...]`` tensors are returned. Returns ``(values, meta, loss [N] float32)``.
+    ``kernel``: "triton" (``triton_compress``, the default: faster on the H200, kernels/BENCHMARKS.md)
+    or "tilelang" (``tl_compress``, float16/bfloat16); off CUDA the reference runs. No host sync:
+    slots are not range-checked on the GPU path (they must be < the pool's slot count).
     """
     check_operand(operand)
     d = check_blocks(blocks, "blocks")
     if blocks.dim() != 3:
         raise ValueError(f"blocks must have shape [N, {BLOCK_SIZE}, head_dim], got {list(blocks.shape)}")
+    if kernel not in ("triton", "tilelang"):
+        raise ValueError(f"kernel must be 'triton' or 'tilelang', got {kernel!r}")
     n = blocks.shape[0]
     vshape, mshape = sparse_shapes(operand, d)
     if values is None:
@@ -301,22 +309,39 @@ def compress_magnitude(blocks: torch.Tensor, operand: str, values: torch.Tensor 
         slots = torch.arange(n, dtype=torch.int32, device=blocks.device)
     elif meta is None or slots is None:
         raise ValueError("values, meta and slots must be given together")
-    if not (tilelang_available() and blocks.is_cuda and blocks.dtype in _DTYPES) or n == 0:
+    elif (values.shape[1:] != vshape or meta.shape[1:] != mshape or values.dtype != blocks.dtype
+          or meta.dtype != META_DTYPE or slots.shape != (n,)):
+        raise ValueError(f"values [S, {', '.join(map(str, vshape))}] {blocks.dtype}, meta [S, "
+                         f"{', '.join(map(str, mshape))}] int16 and slots [{n}] expected, got {list(values.shape)} "
+                         f"{values.dtype}, {list(meta.shape)} {meta.dtype}, {list(slots.shape)}")
+    usable = triton_available() if kernel == "triton" else tilelang_available() and blocks.dtype in _DTYPES
+    if not (usable and blocks.is_cuda) or n == 0:
         mask = element_mask(blocks, operand)
-        v, m = compress_blocks(blocks, mask, operand)
         sel = slots >= 0
-        values[slots[sel].long()] = v[sel]
-        meta[slots[sel].long()] = m[sel]
+        if sel.any():
+            values[slots[sel].long()], meta[slots[sel].long()] = compress_blocks(blocks[sel], mask[sel], operand)
         return values, meta, block_loss(blocks, mask)
+    loss = torch.empty(n, dtype=torch.float32, device=blocks.device)
+    launch = triton_compress if kernel == "triton" else _tilelang_compress
+    launch(blocks.contiguous(), operand, slots.to(torch.int32).contiguous(), values, meta, loss)
+    return values, meta, loss
+
+
+def triton_compress(blocks, operand: str, slots, values, meta, loss, num_warps: int = 8) -> None:
+    """Launch the Triton compressor on checked inputs (also under Triton's CPU interpreter);
+    8 warps measured fastest on the H200 (kernels/BENCHMARKS.md)."""
+    from . import triton_compress as tc
+
+    bits, inf = _COMPRESS_BITS[blocks.dtype]
+    tc.compress_kernel[(blocks.shape[0],)](blocks, slots, _nonempty(values), _nonempty(meta), loss, D=blocks.shape[-1],
+                                           IS_K=operand == "k", BITS=bits, ABS=(1 << (bits - 1)) - 1, INF=inf,
+                                           num_warps=num_warps)
+
+
+def _tilelang_compress(blocks, operand: str, slots, values, meta, loss) -> None:
     from . import tl_compress
 
-    kernel = tl_compress.get_kernel(operand, d, _DTYPES[blocks.dtype], _LOSS_MODE)
-    if _LOSS_MODE != "group":  # the kernel writes each block's loss
-        loss = torch.empty(n, dtype=torch.float32, device=blocks.device)
-    else:  # per-group losses from the kernel, summed here
-        loss = torch.empty(n, vshape[0], vshape[1] // 2, dtype=torch.float32, device=blocks.device)
-    kernel(blocks.contiguous(), slots.to(torch.int32).contiguous(), values, meta, loss)
-    return values, meta, loss if _LOSS_MODE != "group" else loss.sum(dim=(1, 2))
+    tl_compress.get_kernel(operand, blocks.shape[-1], _DTYPES[blocks.dtype], _LOSS_MODE)(blocks, slots, values, meta, loss)
 
 
 __all__ = ["tilelang_available", "triton_available", "decode_supported", "decode_attention", "prefill_supported",

@@ -70,12 +70,13 @@ class SparsityConfig:
 def magnitude_mask(x: torch.Tensor) -> torch.Tensor:
     """Keep the 2 largest-magnitude elements of every 4 along the last dim (paper eq. 2a-2b).
 
-    Ties are broken by position (the lower index is kept); NaN counts as the largest magnitude.
+    Ties are broken by position (the lower index is kept); NaN counts as the largest magnitude, tied
+    with +-inf (integer bit patterns clamped at inf, as the GPU kernels compare them).
     Returns a bool tensor of x's shape.
     """
     if x.dim() < 1 or x.shape[-1] % GROUP:
         raise ValueError(f"last dim must be a multiple of {GROUP}, got shape {list(x.shape)}")
-    a = x.reshape(*x.shape[:-1], x.shape[-1] // GROUP, GROUP).abs().nan_to_num(nan=float("inf"))
+    a = x.reshape(*x.shape[:-1], x.shape[-1] // GROUP, GROUP).abs().nan_to_num(nan=float("inf"), posinf=float("inf"))
     a0, a1, a2, a3 = a.unbind(-1)
     # i beats j (i < j) when |x_i| >= |x_j|: ties go to the lower index; rank = number of elements beating it
     b01, b02, b03, b12, b13, b23 = a0 >= a1, a0 >= a2, a0 >= a3, a1 >= a2, a1 >= a3, a2 >= a3

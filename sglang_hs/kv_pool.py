@@ -18,7 +18,7 @@ import math
 
 import torch
 from torch.profiler import record_function
-from hs_kernels import (BLOCK_SIZE, NO_BLOCK, BlockPool, block_loss, element_mask, is_sparse, new_index_map,
+from hs_kernels import (BLOCK_SIZE, NO_BLOCK, BlockPool, compress_magnitude, is_sparse, new_index_map,
                         select_sparse_blocks, slot_of)
 from sglang.srt.mem_cache.memory_pool import KVCache
 
@@ -143,17 +143,18 @@ class LayerStore:
             index_t = self.index[op][pages].t().contiguous()  # [n_r, nb]
             dense = torch.nonzero(index_t >= 0, as_tuple=True)
             dense_slots = index_t[dense].long()
-            blocks = self.pools[op].dense[dense_slots]  # [n_dense, 64, D]
-            mask = element_mask(blocks, op)
+            pool = self.pools[op]
+            blocks = pool.dense[dense_slots]  # [n_dense, 64, D]
+            loss_only = torch.full((blocks.shape[0],), -1, dtype=torch.int32, device=blocks.device)
             loss = torch.zeros(index_t.shape, dtype=torch.float32, device=index_t.device)
-            loss[dense] = block_loss(blocks, mask)
+            loss[dense] = compress_magnitude(blocks, op, pool.values, pool.meta, loss_only)[2]
             chosen = select_sparse_blocks(loss, num_tokens, s, settings.sink_tokens, settings.window_tokens)[dense]
             pick = torch.nonzero(chosen).flatten()[:self.sparse_free[op].free]  # sparse pool short: the rest stay dense
             n = pick.numel()
             if n == 0:
                 continue
             slots = self.sparse_free[op].pop(n)
-            self.pools[op].store_sparse(slots, blocks[pick], mask[pick])
+            compress_magnitude(blocks[pick], op, pool.values, pool.meta, slots.to(torch.int32))
             self.dense_free[op].push(dense_slots[pick])
             index_t[dense[0][pick], dense[1][pick]] = (~slots).to(torch.int32)
             self.index[op][pages] = index_t.t()

@@ -8,6 +8,23 @@ from hs_kernels.pool import BlockPool
 from hs_kernels.pruner import element_mask
 
 
+def special_blocks(n, d, dtype, gen, device):
+    """Random token-major blocks ``[n, 64, d]`` for the compressors: half the blocks Gaussian, half
+    small integers (many equal magnitudes), sprinkled with NaN, inf and -0; block 0 only of NaN,
+    +-inf and 1 (groups where NaN and inf compete for the two kept places)."""
+    x = torch.randn(n, 64, d, generator=gen, device=device)
+    ties = torch.randint(-2, 3, (n, 64, d), generator=gen, device=device).float()
+    pick = torch.rand(n, 1, 1, generator=gen, device=device) < 0.5
+    x = torch.where(pick, ties, x).to(dtype)
+    special = torch.rand(n, 64, d, generator=gen, device=device)
+    x[special < 0.002] = float("nan")
+    x[(special > 0.002) & (special < 0.004)] = float("inf")
+    x[(special > 0.004) & (special < 0.006)] = -0.0
+    choices = torch.tensor([float("nan"), float("inf"), -float("inf"), 1.0], device=device)
+    x[0] = choices[torch.randint(0, 4, (64, d), generator=gen, device=device)].to(dtype)
+    return x
+
+
 def store_shuffled(operand, blocks, sparse, gen):
     """A pool holding token-major ``blocks [N, 64, D]``, block n 2:4-compressed where ``sparse[n]``,
     at shuffled slots; returns ``(pool, index [N])`` (exactly sized: no sparse / no dense slots when

@@ -13,9 +13,13 @@ import hs_kernels as hk
     ([0.0, 0.0, 0.0, 0.0], [0, 1]),
     ([0.0, -0.0, 7.0, 0.0], [0, 2]),
     ([float("nan"), 1.0, 2.0, 0.0], [0, 2]),
+    ([float("inf"), float("inf"), float("nan"), 1.0], [0, 1]),  # NaN ties with inf
+    ([1.0, float("nan"), -float("inf"), float("nan")], [1, 2]),
+    ([65504.0, float("inf"), 1.0, 0.0], [0, 1]),  # inf beats the largest finite half
 ])
-def test_magnitude_mask_cases(group, kept):
-    mask = hk.magnitude_mask(torch.tensor(group))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_magnitude_mask_cases(group, kept, dtype):
+    mask = hk.magnitude_mask(torch.tensor(group, dtype=dtype))
     assert torch.nonzero(mask).flatten().tolist() == kept
 
 
@@ -117,3 +121,22 @@ def test_sparsity_config_validates():
         hk.SparsityConfig(s_k=1.5)
     with pytest.raises(ValueError, match="window_tokens"):
         hk.SparsityConfig(window_tokens=-1)
+
+
+def test_compress_magnitude_off_cuda_is_the_reference_and_writes_only_given_slots():
+    gen = torch.Generator().manual_seed(3)
+    blocks = torch.randn(6, 64, 64, generator=gen).to(torch.bfloat16)
+    values = torch.full((8, 64, 32), 7.0, dtype=torch.bfloat16)
+    meta = torch.full((8, 64, 4), -7, dtype=torch.int16)
+    slots = torch.tensor([5, -1, 0, -1, 2, 7], dtype=torch.int32)
+    _, _, loss = hk.compress_magnitude(blocks, "k", values, meta, slots)
+    mask = hk.element_mask(blocks, "k")
+    r_vals, r_meta = hk.compress_blocks(blocks, mask, "k")
+    assert torch.equal(loss, hk.block_loss(blocks, mask))
+    keep = slots >= 0
+    assert torch.equal(values[slots[keep].long()], r_vals[keep]) and torch.equal(meta[slots[keep].long()], r_meta[keep])
+    assert (values[[1, 3, 4, 6]] == 7.0).all() and (meta[[1, 3, 4, 6]] == -7).all()
+    _, _, loss_only = hk.compress_magnitude(blocks, "k", values, meta, torch.full((6,), -1, dtype=torch.int32))
+    assert torch.equal(loss_only, loss)
+    with pytest.raises(ValueError, match="values"):
+        hk.compress_magnitude(blocks, "k", values[:, :, :16], meta, slots)
