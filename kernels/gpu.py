@@ -29,7 +29,6 @@ from .pruner import block_loss, element_mask
 _DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
 _HEAD_DIMS = (64, 128, 256)
 _MAX_GROUP = 64
-_LOSS_MODE = "warp"  # compression loss summed per block in the kernel (see tl_compress.get_kernel)
 
 
 def _gpu_allowed() -> bool:
@@ -327,9 +326,9 @@ def compress_magnitude(blocks: torch.Tensor, operand: str, values: torch.Tensor 
     return values, meta, loss
 
 
-def triton_compress(blocks, operand: str, slots, values, meta, loss, num_warps: int = 8) -> None:
+def triton_compress(blocks, operand: str, slots, values, meta, loss, num_warps: int = 4) -> None:
     """Launch the Triton compressor on checked inputs (also under Triton's CPU interpreter);
-    8 warps measured fastest on the H200 (kernels/BENCHMARKS.md)."""
+    4 warps measured fastest on the H200 (kernels/BENCHMARKS.md)."""
     from . import triton_compress as tc
 
     bits, inf = _COMPRESS_BITS[blocks.dtype]
@@ -341,7 +340,7 @@ def triton_compress(blocks, operand: str, slots, values, meta, loss, num_warps: 
 def _tilelang_compress(blocks, operand: str, slots, values, meta, loss) -> None:
     from . import tl_compress
 
-    tl_compress.get_kernel(operand, blocks.shape[-1], _DTYPES[blocks.dtype], _LOSS_MODE)(blocks, slots, values, meta, loss)
+    tl_compress.get_kernel(operand, blocks.shape[-1], _DTYPES[blocks.dtype], "warp")(blocks, slots, values, meta, loss)
 
 
 __all__ = ["tilelang_available", "triton_available", "decode_supported", "decode_attention", "prefill_supported",
