@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from hs_kernels import gpu
+from hs_kernels import cuda_decode, gpu
 from hs_kernels.compressor import compress_blocks
 from hs_kernels.format import BLOCK_SIZE, sparse_shapes
 from hs_kernels.pruner import block_loss, element_mask
@@ -26,6 +26,10 @@ from hs_kernels.pruner import block_loss, element_mask
 COPY_CEILING = 4.3e12
 H_Q, H_KV, D = 32, 8, 128
 DT = torch.bfloat16
+
+
+def rel_err(x, y):
+    return ((x.float() - y.float()).norm() / y.float().norm().clamp_min(1e-30)).item()
 
 
 def bench(fn):
@@ -154,6 +158,12 @@ def decode_rows(rows, gen, b, ctx, quick):
                 label = (f"ours S_K={s_k} S_V={s_v}" + (" (mixed kernel)" if mixed else "")
                          + "".join(f" {k.replace('num_', '')}={v}" for k, v in opts.items()))
                 rows.append((f"decode B={b} {ctx // 1024}K", label, ms, nbytes / ms / 1e6, base / ms))
+            if cuda_decode.available() and not mixed:
+                ms = bench(lambda: gpu.cuda_decode(q, k_pool, v_pool, k_index, v_index, sl, scale, default))
+                err = rel_err(gpu.cuda_decode(q, k_pool, v_pool, k_index, v_index, sl, scale, default)[0],
+                              gpu.triton_decode(q, k_pool, v_pool, k_index, v_index, sl, scale, default)[0])
+                rows.append((f"decode B={b} {ctx // 1024}K", f"ours CUDA mma.sp S_K={s_k} S_V={s_v} (vs Triton {err:.0e})",
+                             ms, nbytes / ms / 1e6, base / ms))
             if (s_k, s_v) == (1, 1):  # the product entry point: host-side checks and dispatch included
                 ms = bench(lambda: gpu.decode_attention(q, k_pool, v_pool, k_index, v_index, sl))
                 rows.append((f"decode B={b} {ctx // 1024}K", f"ours S_K={s_k} S_V={s_v} via decode_attention", ms,

@@ -95,16 +95,28 @@ def _pool_kinds(pool: BlockPool) -> int:
     return (DENSE if pool.dense.shape[0] else 0) | (SPARSE if pool.values.shape[0] else 0) or DENSE
 
 
+def cuda_decode_supported(q: torch.Tensor, k_index: torch.Tensor) -> bool:
+    """Whether ``decode_attention(..., kernel="cuda")`` can run the sparse-tensor-core kernel: head_dim
+    64 / 128, at most 8 query heads per KV group, nvcc on the machine (``cuda_decode``)."""
+    from . import cuda_decode
+
+    return (q.shape[-1] in cuda_decode.HEAD_DIMS and q.shape[1] // k_index.shape[1] <= cuda_decode.MAX_GROUP
+            and cuda_decode.available())
+
+
 def decode_attention(q: torch.Tensor, k_pool: BlockPool, v_pool: BlockPool,
                      k_index: torch.Tensor, v_index: torch.Tensor, seq_lens: torch.Tensor,
                      sm_scale: float | None = None, num_splits: int | None = None,
-                     num_warps: int = 2, num_stages: int = 2) -> tuple[torch.Tensor, torch.Tensor]:
+                     num_warps: int = 2, num_stages: int = 2, kernel: str = "triton") -> tuple[torch.Tensor, torch.Tensor]:
     """``hs_kernels.attention.decode_attention`` on the Triton kernel where supported (see module doc).
 
     ``num_splits`` (optional) overrides the split-KV count; ``num_warps`` / ``num_stages`` are the
-    kernel's launch options. No host synchronisation on the GPU path (seq_lens are not range-checked
-    there: they must lie in ``[1, 64 * max_blocks]``).
+    Triton kernel's launch options. ``kernel="cuda"``: the CUDA kernel on the sparse tensor cores
+    (``cuda_decode``) where ``cuda_decode_supported``, else Triton. No host synchronisation on the GPU
+    path (seq_lens are not range-checked there: they must lie in ``[1, 64 * max_blocks]``).
     """
+    if kernel not in ("triton", "cuda"):
+        raise ValueError(f"kernel must be 'triton' or 'cuda', got {kernel!r}")
     if not decode_supported(q, k_pool, v_pool, k_index):
         return _ref.decode_attention(q, k_pool, v_pool, k_index, v_index, seq_lens, sm_scale)
     batch, h_q, d = q.shape
@@ -115,7 +127,35 @@ def decode_attention(q: torch.Tensor, k_pool: BlockPool, v_pool: BlockPool,
         raise ValueError(f"seq_lens must have shape [{batch}], got {list(seq_lens.shape)}")
     scale = _ref._scale(sm_scale, q)
     splits = num_splits or default_splits(batch, h_kv, max_blocks, q.device)
+    if kernel == "cuda" and cuda_decode_supported(q, k_index):
+        return cuda_decode(q, k_pool, v_pool, k_index, v_index, seq_lens, scale, splits)
     return triton_decode(q, k_pool, v_pool, k_index, v_index, seq_lens, scale, splits, num_warps, num_stages)
+
+
+def cuda_decode(q, k_pool, v_pool, k_index, v_index, seq_lens, scale: float, splits: int, parts=None):
+    """Launch the CUDA decode (``cuda_decode``) on checked inputs, then Triton's combine; ``parts`` as
+    ``triton_decode``."""
+    from . import cuda_decode as cd
+    from .triton_blocks import LOG2E
+
+    batch, h_q, d = q.shape
+    o_part, lse_part = parts or (torch.empty(batch, h_q, splits, d, dtype=torch.float32, device=q.device),
+                                 torch.empty(batch, h_q, splits, dtype=torch.float32, device=q.device))
+    cd.launch(q.contiguous(), k_pool, v_pool, k_index.contiguous(), v_index.contiguous(),
+              seq_lens.to(torch.int32).contiguous(), o_part, lse_part, scale * LOG2E, splits)
+    return _combine(q, o_part, lse_part, splits)
+
+
+def _combine(q, o_part, lse_part, splits: int):
+    from . import triton_decode as td
+
+    if splits == 1:
+        return o_part[:, :, 0].to(q.dtype), lse_part[:, :, 0]
+    batch, h_q, d = q.shape
+    out = torch.empty(batch, h_q, d, dtype=q.dtype, device=q.device)
+    lse = torch.empty(batch, h_q, dtype=torch.float32, device=q.device)
+    td.combine_kernel[(batch * h_q,)](o_part, lse_part, out, lse, splits, D=d, SPLITS_P2=_next_pow2(splits))
+    return out, lse
 
 
 def triton_decode(q, k_pool, v_pool, k_index, v_index, seq_lens, scale: float, splits: int,
@@ -141,12 +181,7 @@ def triton_decode(q, k_pool, v_pool, k_index, v_index, seq_lens, scale: float, s
         H_KV=h_kv, G=g, BLOCK_H=max(16, _next_pow2(g)), D=d,
         K_MODE=_pool_kinds(k_pool), V_MODE=_pool_kinds(v_pool), PRMT=q.is_cuda,
         num_warps=num_warps, num_stages=num_stages)
-    if splits == 1:
-        return o_part[:, :, 0].to(q.dtype), lse_part[:, :, 0]
-    out = torch.empty(batch, h_q, d, dtype=q.dtype, device=q.device)
-    lse = torch.empty(batch, h_q, dtype=torch.float32, device=q.device)
-    td.combine_kernel[(batch * h_q,)](o_part, lse_part, out, lse, splits, D=d, SPLITS_P2=_next_pow2(splits))
-    return out, lse
+    return _combine(q, o_part, lse_part, splits)
 
 
 def prefill_supported(q: torch.Tensor, k: torch.Tensor, k_pool: BlockPool, v_pool: BlockPool) -> bool:

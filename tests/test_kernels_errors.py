@@ -69,3 +69,23 @@ def test_valid_calls_next_to_the_rejected_ones_pass():
     assert out.shape == (1, 4, 64) and lse.shape == (1, 4)
     values, meta = hk.compress_blocks(torch.randn(2, 64, 64), GOOD_MASK, "k")
     assert values.shape == (2, 64, 32) and meta.shape == (2, 64, 4)
+
+
+def test_cuda_decode_kernel_builds_for_hopper(tmp_path):
+    """The CUDA decode source compiles for sm_90 with the machine's nvcc (no GPU needed), once: a second
+    build finds the cached library."""
+    from hs_kernels import cuda_decode
+
+    if cuda_decode._nvcc() is None:
+        pytest.skip("no nvcc on this machine")
+    so = cuda_decode.build("sm_90", tmp_path)
+    assert so.exists() and so.stat().st_size > 0 and list(tmp_path.iterdir()) == [so]
+    assert cuda_decode.build("sm_90", tmp_path) == so
+
+
+def test_decode_attention_rejects_an_unknown_kernel():
+    from hs_kernels import gpu
+
+    q = torch.zeros(1, 4, 64)
+    with pytest.raises(ValueError, match="kernel"):
+        gpu.decode_attention(q, None, None, torch.zeros(1, 1, 1, dtype=torch.int32), None, None, kernel="tilelang")

@@ -1,4 +1,5 @@
-"""GPU: the Triton decode kernel vs the PyTorch reference (mixed dense/sparse blocks via the index map).
+"""GPU: the Triton decode kernel and the CUDA one on the sparse tensor cores (cuda/decode_sp.cu: d 64 / 128,
+G <= 8) vs the PyTorch reference (mixed dense/sparse blocks via the index map).
 
 Fresh random inputs every run; the per-split outputs are poisoned with NaN before each launch and
 checked fully written; every compiled variant is covered: query tiles 16 / 32 / 64 rows, d 64 / 128
@@ -13,7 +14,7 @@ import torch
 from kv_cases import make_case, rel_err
 
 from hs_kernels import attention as ref
-from hs_kernels import gpu
+from hs_kernels import cuda_decode, gpu
 
 pytestmark = [
     pytest.mark.gpu,
@@ -34,7 +35,14 @@ CASES = [
 ]
 
 
-def check(case, splits, scale, **launch):
+needs_cuda_kernel = pytest.mark.skipif(not cuda_decode.available(), reason="needs nvcc and sm_80+")
+
+
+def cuda_case(case):
+    return case[3] in (64, 128) and case[1] // case[2] <= 8
+
+
+def check(case, splits, scale, kernel="triton", **launch):
     batch, h_q, h_kv, d, dtype, seq_lens, p_k, p_v = case
     gen = torch.Generator(device="cuda")
     gen.seed()
@@ -42,7 +50,10 @@ def check(case, splits, scale, **launch):
     q = torch.randn(batch, h_q, d, generator=gen, device="cuda").to(dtype)
     parts = (torch.full((batch, h_q, splits, d), float("nan"), device="cuda"),
              torch.full((batch, h_q, splits), float("nan"), device="cuda"))
-    out, lse = gpu.triton_decode(q, k_pool, v_pool, k_index, v_index, sl, scale, splits, parts=parts, **launch)
+    if kernel == "cuda":
+        out, lse = gpu.cuda_decode(q, k_pool, v_pool, k_index, v_index, sl, scale, splits, parts=parts)
+    else:
+        out, lse = gpu.triton_decode(q, k_pool, v_pool, k_index, v_index, sl, scale, splits, parts=parts, **launch)
     torch.cuda.synchronize()
     assert not parts[0].isnan().any() and not parts[1].isnan().any()  # every split wrote its rows
     r_out, r_lse = ref.decode_attention(q, k_pool, v_pool, k_index, v_index, sl, scale)
@@ -56,6 +67,28 @@ def check(case, splits, scale, **launch):
 @pytest.mark.parametrize("splits", [1, 3, 16])
 def test_decode_matches_reference(case, splits):
     check(case, splits, 1.0 / math.sqrt(case[3]) if splits != 3 else 0.07)
+
+
+@needs_cuda_kernel
+@pytest.mark.parametrize("case", [c for c in CASES if cuda_case(c)] + [
+    (2, 12, 4, 64, torch.bfloat16, [3000, 190], 1.0, 1.0),   # G 3 (SmolLM2's ratio): padded columns
+    (1, 16, 2, 128, torch.float16, [9000], 0.9, 0.8)],
+    ids=lambda c: f"b{c[0]}-hq{c[1]}-hkv{c[2]}-d{c[3]}-{str(c[4])[6:]}-k{c[6]}-v{c[7]}")
+@pytest.mark.parametrize("splits", [1, 3, 16])
+def test_cuda_decode_matches_reference(case, splits):
+    check(case, splits, 1.0 / math.sqrt(case[3]) if splits != 3 else 0.07, kernel="cuda")
+
+
+@needs_cuda_kernel
+def test_cuda_decode_through_the_entry_point():
+    gen = torch.Generator(device="cuda")
+    gen.seed()
+    k_pool, v_pool, k_index, v_index, sl = make_case(2, 8, 128, [32768, 20000], 0.9, 0.9, torch.bfloat16, gen, "cuda")
+    q = torch.randn(2, 32, 128, generator=gen, device="cuda").to(torch.bfloat16)
+    assert gpu.cuda_decode_supported(q, k_index)
+    out, lse = gpu.decode_attention(q, k_pool, v_pool, k_index, v_index, sl, kernel="cuda")
+    r_out, r_lse = ref.decode_attention(q, k_pool, v_pool, k_index, v_index, sl)
+    assert rel_err(out, r_out) < 1e-2 and (lse - r_lse).abs().max().item() < 1e-2
 
 
 @pytest.mark.parametrize("num_warps,num_stages", [(4, 2), (2, 3), (8, 2), (2, 1)])

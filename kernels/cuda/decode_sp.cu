@@ -1,0 +1,275 @@
+// Decode on the sparse tensor cores: one new token per sequence against mixed dense / 2:4 KV blocks,
+// the semantics of hs_kernels.attention.decode_attention (partial results per split, merged by
+// triton_decode.combine_kernel, as the Triton decode kernel writes them).
+//
+// One warp per (split, KV head, sequence). Both GEMMs put the 2:4 operand first, so mma.sp reads the
+// stored values and metadata as they are (no unpacking):
+//   S^T [64 tokens, 8 heads] = K [64, D] . Q^T [D, 8]       (K 2:4 along D: mma.sp m16n8k32)
+//   O^T [D, 8 heads]        += V^T [D, 64] . P^T [64, 8]    (V^T 2:4 along tokens)
+// The G <= 8 query heads of the KV group are the 8 columns (padded with zeros). S^T's accumulator
+// layout holds (token, head pairs) per thread; movmatrix.trans turns each 8 x 8 piece of P^T into
+// the B-operand layout of the second GEMM, so P never leaves registers. mma.sp's metadata comes in
+// pairs of lanes: lane 4g holds bits 0-15 of rows g and g + 8's 32-bit word of the k32 chunk, lane
+// 4g + 1 bits 16-31 (measured: kernels/probes/mma_sp_layout.cu). Dense blocks (sink, window, the
+// partial last block) take mma m16n8k16; dense V is read transposed by 16-bit loads (slow, but only
+// a few blocks per sequence are dense once compressed).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <cstdint>
+
+namespace {
+
+constexpr int BS = 64;
+
+__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
+    uint32_t r;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(sel));
+    return r;
+}
+
+__device__ __forceinline__ uint32_t transpose8x8(uint32_t x) {
+    uint32_t y;
+    asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;" : "=r"(y) : "r"(x));
+    return y;
+}
+
+template <bool BF16>
+__device__ __forceinline__ void mma_sp(float c[4], const uint32_t a[4], const uint32_t b[4], uint32_t e) {
+    if constexpr (BF16)
+        asm volatile("mma.sp::ordered_metadata.sync.aligned.m16n8k32.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+                     "{%4,%5,%6,%7}, {%8,%9,%10,%11}, {%0,%1,%2,%3}, %12, 0x0;"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(b[2]), "r"(b[3]), "r"(e));
+    else
+        asm volatile("mma.sp::ordered_metadata.sync.aligned.m16n8k32.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
+                     "{%4,%5,%6,%7}, {%8,%9,%10,%11}, {%0,%1,%2,%3}, %12, 0x0;"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(b[2]), "r"(b[3]), "r"(e));
+}
+
+template <bool BF16>
+__device__ __forceinline__ void mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    if constexpr (BF16)
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                     "{%0,%1,%2,%3};"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    else
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                     "{%0,%1,%2,%3};"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+template <bool BF16>
+__device__ __forceinline__ uint32_t pack(float lo, float hi) {
+    if constexpr (BF16) {
+        __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+        return *reinterpret_cast<uint32_t*>(&v);
+    } else {
+        __half2 v = __floats2half2_rn(lo, hi);
+        return *reinterpret_cast<uint32_t*>(&v);
+    }
+}
+
+// the metadata register of lane 4g + t for rows g, g + 8 (their 32-bit words lo, hi of one k32 chunk)
+__device__ __forceinline__ uint32_t meta_reg(uint32_t lo, uint32_t hi, int t) {
+    return prmt(lo, hi, (t & 1) ? 0x7632 : 0x5410);
+}
+
+__device__ __forceinline__ float warp_max(float x) {
+    for (int o = 4; o < 32; o <<= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+    return x;
+}
+
+__device__ __forceinline__ float warp_sum(float x) {
+    for (int o = 4; o < 32; o <<= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+    return x;
+}
+
+// Pools: dense [slots, 64, D] elements; K sparse values [slots, 64, D / 2] and metadata [slots, 64, D / 16]
+// int16, V^T sparse values [slots, D, 32] and metadata [slots, D, 4] (hs_kernels.format), read as 32-bit words.
+template <int D, bool BF16>
+__global__ void __launch_bounds__(32) decode_sp_kernel(
+    const uint16_t* __restrict__ q, const uint16_t* __restrict__ k_dense, const uint32_t* __restrict__ k_vals,
+    const uint32_t* __restrict__ k_meta, const uint16_t* __restrict__ v_dense, const uint32_t* __restrict__ v_vals,
+    const uint32_t* __restrict__ v_meta, const int32_t* __restrict__ k_index, const int32_t* __restrict__ v_index,
+    const int32_t* __restrict__ seq_lens, float* __restrict__ o_part, float* __restrict__ lse_part, float scale_log2,
+    int max_blocks, int splits, int h_kv, int group) {
+    constexpr int KC = D / 32;  // k32 chunks of head_dim
+    constexpr int MI = D / 16;  // 16-row tiles of V^T
+    const int split = blockIdx.x, kv = blockIdx.y, b = blockIdx.z;
+    const int lane = threadIdx.x, g = lane >> 2, t = lane & 3;
+    const int seq_len = seq_lens[b];
+    const int n_blocks = (seq_len + BS - 1) / BS;
+    const int per = (n_blocks + splits - 1) / splits;
+    const int start = split * per, stop = min(start + per, n_blocks);
+    const int h_q = h_kv * group;
+
+    uint32_t qb[KC][4];  // Q^T as B operand: k = 32c + 8i + 2t (+1), n = head g of the group
+    const uint32_t* q32 = reinterpret_cast<const uint32_t*>(q + ((size_t)b * h_q + kv * group + g) * D);
+    #pragma unroll
+    for (int c = 0; c < KC; c++)
+        #pragma unroll
+        for (int i = 0; i < 4; i++) qb[c][i] = g < group ? q32[(32 * c + 8 * i + 2 * t) / 2] : 0u;
+
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};  // heads 2t, 2t + 1 (l: this lane's tokens)
+    float o[MI][4];
+    #pragma unroll
+    for (int mi = 0; mi < MI; mi++)
+        #pragma unroll
+        for (int r = 0; r < 4; r++) o[mi][r] = 0.f;
+    const size_t index_row = ((size_t)b * h_kv + kv) * max_blocks;
+
+    for (int j = start; j < stop; j++) {
+        const int ke = k_index[index_row + j], ve = v_index[index_row + j];
+        const int valid = min(BS, seq_len - j * BS);
+        float s[4][4];  // S^T tile mt: [0], [1] token 16mt + g, heads 2t, 2t + 1; [2], [3] token + 8
+        #pragma unroll
+        for (int mt = 0; mt < 4; mt++)
+            #pragma unroll
+            for (int r = 0; r < 4; r++) s[mt][r] = 0.f;
+        if (ke < 0) {
+            const uint32_t* kv_ = k_vals + (size_t)(-ke - 1) * (BS * D / 4);
+            const uint32_t* km = k_meta + (size_t)(-ke - 1) * (BS * D / 32);
+            #pragma unroll
+            for (int mt = 0; mt < 4; mt++) {
+                const int r0 = 16 * mt + g, r1 = r0 + 8;
+                #pragma unroll
+                for (int c = 0; c < KC; c++) {
+                    const uint32_t a[4] = {kv_[r0 * (D / 4) + 8 * c + t], kv_[r1 * (D / 4) + 8 * c + t],
+                                           kv_[r0 * (D / 4) + 8 * c + 4 + t], kv_[r1 * (D / 4) + 8 * c + 4 + t]};
+                    mma_sp<BF16>(s[mt], a, qb[c], meta_reg(km[r0 * KC + c], km[r1 * KC + c], t));
+                }
+            }
+        } else {
+            const uint32_t* kd = reinterpret_cast<const uint32_t*>(k_dense + (size_t)ke * BS * D);
+            #pragma unroll
+            for (int mt = 0; mt < 4; mt++) {
+                const int r0 = 16 * mt + g, r1 = r0 + 8;
+                #pragma unroll
+                for (int kc = 0; kc < D / 16; kc++) {
+                    const uint32_t a[4] = {kd[r0 * (D / 2) + 8 * kc + t], kd[r1 * (D / 2) + 8 * kc + t],
+                                           kd[r0 * (D / 2) + 8 * kc + 4 + t], kd[r1 * (D / 2) + 8 * kc + 4 + t]};
+                    mma<BF16>(s[mt], a, qb[kc / 2][2 * (kc % 2)], qb[kc / 2][2 * (kc % 2) + 1]);
+                }
+            }
+        }
+        float mx[2] = {-INFINITY, -INFINITY};
+        #pragma unroll
+        for (int mt = 0; mt < 4; mt++)
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int token = 16 * mt + g + (r >= 2 ? 8 : 0);
+                s[mt][r] = token < valid ? s[mt][r] * scale_log2 : -INFINITY;
+                mx[r & 1] = fmaxf(mx[r & 1], s[mt][r]);
+            }
+        float alpha[2];
+        #pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const float m_new = fmaxf(m[h], warp_max(mx[h]));
+            alpha[h] = exp2f(m[h] - m_new);
+            m[h] = m_new;
+            l[h] *= alpha[h];
+        }
+        uint32_t pt[8];  // P^T in the B layout, per 8-token group: head g, tokens 8 grp + 2t, + 1
+        #pragma unroll
+        for (int mt = 0; mt < 4; mt++) {
+            float p[4];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                p[r] = exp2f(s[mt][r] - m[r & 1]);
+                l[r & 1] += p[r];
+            }
+            pt[2 * mt] = transpose8x8(pack<BF16>(p[0], p[1]));
+            pt[2 * mt + 1] = transpose8x8(pack<BF16>(p[2], p[3]));
+        }
+        #pragma unroll
+        for (int mi = 0; mi < MI; mi++) {
+            o[mi][0] *= alpha[0];
+            o[mi][1] *= alpha[1];
+            o[mi][2] *= alpha[0];
+            o[mi][3] *= alpha[1];
+        }
+        if (ve < 0) {
+            const uint32_t* vv = v_vals + (size_t)(-ve - 1) * (D * BS / 4);
+            const uint32_t* vm = v_meta + (size_t)(-ve - 1) * (D * BS / 32);
+            #pragma unroll
+            for (int mi = 0; mi < MI; mi++) {
+                const int r0 = 16 * mi + g, r1 = r0 + 8;
+                #pragma unroll
+                for (int kc = 0; kc < 2; kc++) {
+                    const uint32_t a[4] = {vv[r0 * 16 + 8 * kc + t], vv[r1 * 16 + 8 * kc + t],
+                                           vv[r0 * 16 + 8 * kc + 4 + t], vv[r1 * 16 + 8 * kc + 4 + t]};
+                    const uint32_t bb[4] = {pt[4 * kc], pt[4 * kc + 1], pt[4 * kc + 2], pt[4 * kc + 3]};
+                    mma_sp<BF16>(o[mi], a, bb, meta_reg(vm[r0 * 2 + kc], vm[r1 * 2 + kc], t));
+                }
+            }
+        } else {
+            // token-major V read as V^T, 16 bits at a time; rows past the sequence end may be stale: zeros
+            const uint16_t* vd = v_dense + (size_t)ve * BS * D;
+            #pragma unroll
+            for (int mi = 0; mi < MI; mi++) {
+                const int r0 = 16 * mi + g, r1 = r0 + 8;
+                #pragma unroll
+                for (int kt = 0; kt < 4; kt++) {
+                    uint32_t a[4];
+                    #pragma unroll
+                    for (int i = 0; i < 4; i++) {
+                        const int tok = 16 * kt + 2 * t + (i >= 2 ? 8 : 0), dim = (i & 1) ? r1 : r0;
+                        const uint32_t lo = tok < valid ? vd[tok * D + dim] : 0u;
+                        const uint32_t hi = tok + 1 < valid ? vd[(tok + 1) * D + dim] : 0u;
+                        a[i] = lo | hi << 16;
+                    }
+                    mma<BF16>(o[mi], a, pt[2 * kt], pt[2 * kt + 1]);
+                }
+            }
+        }
+    }
+
+    #pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const float total = warp_sum(l[h]);
+        const int head = 2 * t + h;
+        if (head >= group) continue;
+        const size_t part = ((size_t)b * h_q + kv * group + head) * splits + split;
+        const float inv = total > 0.f ? 1.f / total : 0.f;
+        #pragma unroll
+        for (int mi = 0; mi < MI; mi++) {
+            o_part[part * D + 16 * mi + g] = o[mi][h] * inv;
+            o_part[part * D + 16 * mi + g + 8] = o[mi][2 + h] * inv;
+        }
+        if (g == 0) lse_part[part] = total > 0.f ? (m[h] + log2f(total)) * 0.6931471805599453f : -INFINITY;
+    }
+}
+
+template <int D, bool BF16>
+cudaError_t launch(const void* q, const void* k_dense, const void* k_vals, const void* k_meta, const void* v_dense,
+                   const void* v_vals, const void* v_meta, const int32_t* k_index, const int32_t* v_index,
+                   const int32_t* seq_lens, float* o_part, float* lse_part, float scale_log2, int batch, int max_blocks,
+                   int splits, int h_kv, int group, cudaStream_t stream) {
+    decode_sp_kernel<D, BF16><<<dim3(splits, h_kv, batch), 32, 0, stream>>>(
+        static_cast<const uint16_t*>(q), static_cast<const uint16_t*>(k_dense), static_cast<const uint32_t*>(k_vals),
+        static_cast<const uint32_t*>(k_meta), static_cast<const uint16_t*>(v_dense),
+        static_cast<const uint32_t*>(v_vals), static_cast<const uint32_t*>(v_meta), k_index, v_index, seq_lens, o_part,
+        lse_part, scale_log2, max_blocks, splits, h_kv, group);
+    return cudaGetLastError();
+}
+
+}  // namespace
+
+// 0 on success, else a cudaError_t; 1000 for an unsupported (head_dim, dtype).
+extern "C" int hs_decode_sp(int head_dim, int bf16, const void* q, const void* k_dense, const void* k_vals,
+                            const void* k_meta, const void* v_dense, const void* v_vals, const void* v_meta,
+                            const int32_t* k_index, const int32_t* v_index, const int32_t* seq_lens, float* o_part,
+                            float* lse_part, float scale_log2, int batch, int max_blocks, int splits, int h_kv,
+                            int group, void* stream) {
+    auto s = static_cast<cudaStream_t>(stream);
+#define HS_LAUNCH(D, B) launch<D, B>(q, k_dense, k_vals, k_meta, v_dense, v_vals, v_meta, k_index, v_index, seq_lens, \
+                                     o_part, lse_part, scale_log2, batch, max_blocks, splits, h_kv, group, s)
+    if (head_dim == 64) return bf16 ? HS_LAUNCH(64, true) : HS_LAUNCH(64, false);
+    if (head_dim == 128) return bf16 ? HS_LAUNCH(128, true) : HS_LAUNCH(128, false);
+#undef HS_LAUNCH
+    return 1000;
+}

@@ -1,0 +1,83 @@
+"""Build and load the CUDA decode kernel on the sparse tensor cores (``cuda/decode_sp.cu``).
+
+The source is compiled with the machine's ``nvcc`` for the GPU's architecture on first use, into
+``$HS_KERNELS_CACHE`` (default ``~/.cache/hs_kernels``) under a name that hashes the source and the
+architecture (written to a temporary name, then renamed: concurrent builds never load half a file), and
+loaded with ctypes. ``available()`` is False without nvcc or on a GPU older than sm_80 (no mma.sp).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import torch
+
+SOURCE = Path(__file__).with_name("cuda") / "decode_sp.cu"
+HEAD_DIMS = (64, 128)
+MAX_GROUP = 8  # query heads per KV group: the 8 columns of one mma tile
+_ERR_UNSUPPORTED = 1000
+
+
+def _nvcc() -> str | None:
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    candidate = Path(home) / "bin" / "nvcc" if home else None
+    return str(candidate) if candidate and candidate.exists() else shutil.which("nvcc")
+
+
+@functools.lru_cache(maxsize=None)
+def available() -> bool:
+    return (torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 8 and _nvcc() is not None)
+
+
+def build(arch: str, cache: Path | None = None) -> Path:
+    """The shared library for ``arch`` (e.g. "sm_90"), compiled unless already in ``cache``."""
+    src = SOURCE.read_bytes()
+    cache = cache or Path(os.environ.get("HS_KERNELS_CACHE", Path.home() / ".cache" / "hs_kernels"))
+    so = cache / f"decode_sp-{arch}-{hashlib.sha256(src).hexdigest()[:16]}.so"
+    if so.exists():
+        return so
+    nvcc = _nvcc()
+    if nvcc is None:
+        raise RuntimeError("nvcc not found (set CUDA_HOME): needed to build the CUDA decode kernel")
+    cache.mkdir(parents=True, exist_ok=True)
+    tmp = so.with_name(f"{so.name}.{os.getpid()}.tmp")
+    cmd = [nvcc, "-O3", f"-arch={arch}", "-std=c++17", "-shared", "-Xcompiler", "-fPIC", "-o", str(tmp), str(SOURCE)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode:
+        tmp.unlink(missing_ok=True)
+        raise RuntimeError(f"nvcc failed building {SOURCE.name}: {proc.stderr.strip()[-2000:]}")
+    os.replace(tmp, so)
+    return so
+
+
+@functools.lru_cache(maxsize=None)
+def library() -> ctypes.CDLL:
+    major, minor = torch.cuda.get_device_capability()
+    lib = ctypes.CDLL(str(build(f"sm_{major}{minor}")))
+    p, i = ctypes.c_void_p, ctypes.c_int
+    lib.hs_decode_sp.restype = i
+    lib.hs_decode_sp.argtypes = [i, i] + [p] * 12 + [ctypes.c_float] + [i] * 5 + [p]
+    return lib
+
+
+def _ptr(x: torch.Tensor) -> int:
+    return x.data_ptr() if x.numel() else 0  # an empty pool is never read
+
+
+def launch(q, k_pool, v_pool, k_index, v_index, seq_lens, o_part, lse_part, scale_log2: float, splits: int) -> None:
+    """The kernel on checked, contiguous CUDA inputs (``gpu.cuda_decode``); raises on a CUDA error."""
+    batch, h_q, d = q.shape
+    h_kv, max_blocks = k_index.shape[1], k_index.shape[2]
+    rc = library().hs_decode_sp(
+        d, int(q.dtype == torch.bfloat16), _ptr(q), _ptr(k_pool.dense), _ptr(k_pool.values), _ptr(k_pool.meta),
+        _ptr(v_pool.dense), _ptr(v_pool.values), _ptr(v_pool.meta), _ptr(k_index), _ptr(v_index), _ptr(seq_lens),
+        _ptr(o_part), _ptr(lse_part), scale_log2, batch, max_blocks, splits, h_kv, h_q // h_kv,
+        torch.cuda.current_stream(q.device).cuda_stream)
+    if rc:
+        raise RuntimeError(f"hs_decode_sp failed: {'unsupported head_dim' if rc == _ERR_UNSUPPORTED else f'CUDA error {rc}'}")
