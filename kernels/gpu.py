@@ -58,11 +58,12 @@ def decode_supported(q: torch.Tensor, k_pool: BlockPool, v_pool: BlockPool, k_in
     )
 
 
-def default_splits(batch: int, h_kv: int, max_blocks: int, device: torch.device) -> int:
-    """Split count: about 4 programs per SM over all (split, KV head, sequence), at least 8 blocks
-    per split (measured on the H200 at B=8, 32K: kernels/NOTES_GPU.md)."""
+def default_splits(batch: int, h_kv: int, max_blocks: int, device: torch.device, per_sm: int = 4) -> int:
+    """Split count: about ``per_sm`` programs per SM over all (split, KV head, sequence), at least 8
+    blocks per split (measured on the H200 at B=8, 32K: kernels/NOTES_GPU.md; 4 for the Triton
+    kernel, 16 for the one-warp CUDA kernel)."""
     sms = torch.cuda.get_device_properties(device).multi_processor_count
-    splits = max(1, (4 * sms) // max(1, batch * h_kv))
+    splits = max(1, (per_sm * sms) // max(1, batch * h_kv))
     return max(1, min(splits, max(1, max_blocks // 8)))
 
 
@@ -126,9 +127,10 @@ def decode_attention(q: torch.Tensor, k_pool: BlockPool, v_pool: BlockPool,
     if seq_lens.shape != (batch,):
         raise ValueError(f"seq_lens must have shape [{batch}], got {list(seq_lens.shape)}")
     scale = _ref._scale(sm_scale, q)
-    splits = num_splits or default_splits(batch, h_kv, max_blocks, q.device)
     if kernel == "cuda" and cuda_decode_supported(q, k_index):
+        splits = num_splits or default_splits(batch, h_kv, max_blocks, q.device, per_sm=16)
         return cuda_decode(q, k_pool, v_pool, k_index, v_index, seq_lens, scale, splits)
+    splits = num_splits or default_splits(batch, h_kv, max_blocks, q.device)
     return triton_decode(q, k_pool, v_pool, k_index, v_index, seq_lens, scale, splits, num_warps, num_stages)
 
 
