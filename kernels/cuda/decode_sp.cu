@@ -122,9 +122,33 @@ __global__ void __launch_bounds__(32) decode_sp_kernel(
         for (int r = 0; r < 4; r++) o[mi][r] = 0.f;
     const size_t index_row = ((size_t)b * h_kv + kv) * max_blocks;
 
+    // the next block's index entries are read one iteration ahead, and a sparse V block's values and
+    // metadata before S is computed: a block then waits for one memory round trip, not three
+    int ke_next = start < stop ? k_index[index_row + start] : 0, ve_next = start < stop ? v_index[index_row + start] : 0;
     for (int j = start; j < stop; j++) {
-        const int ke = k_index[index_row + j], ve = v_index[index_row + j];
+        const int ke = ke_next, ve = ve_next;
+        if (j + 1 < stop) {
+            ke_next = k_index[index_row + j + 1];
+            ve_next = v_index[index_row + j + 1];
+        }
         const int valid = min(BS, seq_len - j * BS);
+        uint32_t va[MI][2][4], ve_meta[MI][2];  // sparse V^T fragments and metadata registers
+        if (ve < 0) {
+            const uint32_t* vv = v_vals + (size_t)(-ve - 1) * (D * BS / 4);
+            const uint32_t* vm = v_meta + (size_t)(-ve - 1) * (D * BS / 32);
+            #pragma unroll
+            for (int mi = 0; mi < MI; mi++) {
+                const int r0 = 16 * mi + g, r1 = r0 + 8;
+                #pragma unroll
+                for (int kc = 0; kc < 2; kc++) {
+                    va[mi][kc][0] = vv[r0 * 16 + 8 * kc + t];
+                    va[mi][kc][1] = vv[r1 * 16 + 8 * kc + t];
+                    va[mi][kc][2] = vv[r0 * 16 + 8 * kc + 4 + t];
+                    va[mi][kc][3] = vv[r1 * 16 + 8 * kc + 4 + t];
+                    ve_meta[mi][kc] = meta_reg(vm[r0 * 2 + kc], vm[r1 * 2 + kc], t);
+                }
+            }
+        }
         float s[4][4];  // S^T tile mt: [0], [1] token 16mt + g, heads 2t, 2t + 1; [2], [3] token + 8
         #pragma unroll
         for (int mt = 0; mt < 4; mt++)
@@ -193,19 +217,13 @@ __global__ void __launch_bounds__(32) decode_sp_kernel(
             o[mi][3] *= alpha[1];
         }
         if (ve < 0) {
-            const uint32_t* vv = v_vals + (size_t)(-ve - 1) * (D * BS / 4);
-            const uint32_t* vm = v_meta + (size_t)(-ve - 1) * (D * BS / 32);
             #pragma unroll
-            for (int mi = 0; mi < MI; mi++) {
-                const int r0 = 16 * mi + g, r1 = r0 + 8;
+            for (int mi = 0; mi < MI; mi++)
                 #pragma unroll
                 for (int kc = 0; kc < 2; kc++) {
-                    const uint32_t a[4] = {vv[r0 * 16 + 8 * kc + t], vv[r1 * 16 + 8 * kc + t],
-                                           vv[r0 * 16 + 8 * kc + 4 + t], vv[r1 * 16 + 8 * kc + 4 + t]};
                     const uint32_t bb[4] = {pt[4 * kc], pt[4 * kc + 1], pt[4 * kc + 2], pt[4 * kc + 3]};
-                    mma_sp<BF16>(o[mi], a, bb, meta_reg(vm[r0 * 2 + kc], vm[r1 * 2 + kc], t));
+                    mma_sp<BF16>(o[mi], va[mi][kc], bb, ve_meta[mi][kc]);
                 }
-            }
         } else {
             // token-major V read as V^T, 16 bits at a time; rows past the sequence end may be stale: zeros
             const uint16_t* vd = v_dense + (size_t)ve * BS * D;
