@@ -6,10 +6,12 @@ float16/bfloat16 tensors with a supported shape, else the reference.
 ``prefill_attention`` likewise runs the Triton prefill kernel (``triton_prefill``); the TileLang
 Trans-Both kernel on sparse tensor cores (``tl_prefill``) is slower so far and only benchmarked.
 ``streaming_attention`` (sink + window, the streaming groups) runs ``triton_stream``.
-``compress_magnitude`` is the fused pruner + compressor (Triton ``triton_compress``; the TileLang
-``tl_compress`` on request), with a PyTorch fallback. ``triton`` and ``tilelang`` are imported lazily, only on CUDA: this module imports on any
-machine. Kernels are compiled once per (heads, head_dim, dtype, pool kinds) and cached per process;
-the batch, context length, pool sizes and split count are runtime values.
+``decode_attention(..., kernel="cuda")`` runs the CUDA kernel on the sparse tensor cores instead
+(``cuda_decode``, opt-in). ``compress_magnitude`` is the fused pruner + compressor (Triton
+``triton_compress``; the TileLang ``tl_compress`` on request), with a PyTorch fallback. ``triton``
+and ``tilelang`` are imported lazily, only on CUDA: this module imports on any machine. Kernels are
+compiled once per (heads, head_dim, dtype, pool kinds) and cached per process; the batch, context
+length, pool sizes and split count are runtime values.
 """
 
 from __future__ import annotations
