@@ -205,9 +205,10 @@ def bench_triton(q, k, v, chunk: int, configs, add, ref_out) -> None:
     gen.manual_seed(0)
     empty = [BlockPool.allocate(op, D, 0, 0, q.dtype, q.device) for op in ("k", "v")]
     none = torch.zeros((H_KV, 0), dtype=torch.int32, device=q.device)
-    for block_m, warps, stages in configs:
-        tag = f"[{block_m} rows, {warps} warps, {stages} stages]"
-        opts = dict(block_m=block_m, num_warps=warps, num_stages=stages)
+    for block_m, warps, stages, *chunk_n in configs:
+        chunk_n = chunk_n[0] if chunk_n else 64
+        tag = f"[{block_m} rows, {warps} warps, {stages} stages{f', {chunk_n}-key chunk tiles' if chunk_n != 64 else ''}]"
+        opts = dict(block_m=block_m, num_warps=warps, num_stages=stages, chunk_n=chunk_n)
         one = lambda: gpu.prefill_attention(q, k, v, *empty, none, none, 0, **opts)  # noqa: E731
         out, _ = one()
         err = ((out.float() - ref_out.float()).norm() / ref_out.float().norm()).item()
@@ -262,7 +263,7 @@ def main(argv=None):
     ap.add_argument("--variants", default="128:mn:128,128:mn:256,64:mn:128",
                     help="rows:p_major:threads list (p_major mn or k)")
     ap.add_argument("--chunk", type=int, default=8192, help="Triton rows: chunked-prefill chunk (a multiple of 64)")
-    ap.add_argument("--triton-configs", default="128:8:3,128:8:2,64:4:3", help="block_m:num_warps:num_stages list")
+    ap.add_argument("--triton-configs", default="128:8:3,128:8:2,64:4:3", help="block_m:num_warps:num_stages[:chunk_n] list")
     ap.add_argument("--no-tilelang", action="store_true", help="skip the TileLang rows (and compression)")
     ap.add_argument("--question", type=int, default=64, help="also time a question of this many tokens after a "
                     "--tokens prefix (0: skip)")

@@ -202,17 +202,17 @@ def prefill_supported(q: torch.Tensor, k: torch.Tensor, k_pool: BlockPool, v_poo
 def prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                       k_pool: BlockPool, v_pool: BlockPool, k_index: torch.Tensor, v_index: torch.Tensor,
                       prefix_len: int, sm_scale: float | None = None, block_m: int = 128, num_warps: int = 8,
-                      num_stages: int = 3, select: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+                      num_stages: int = 3, select: bool = False, chunk_n: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
     """``hs_kernels.attention.prefill_attention`` on the Triton kernel (``triton_prefill``) where
     supported (CUDA float16/bfloat16, head_dim 64/128/256), else the reference. ``block_m`` (query
-    rows per program, 64 or 128), ``num_warps``, ``num_stages`` and ``select`` are launch options
+    rows per program, 64 or 128), ``num_warps``, ``num_stages``, ``select`` and ``chunk_n`` are launch options
     (``triton_prefill``); the defaults are the fastest measured on the H200 (kernels/BENCHMARKS.md).
     No bounds check of the used index entries against the pools on the GPU path (the reference raises)."""
     if not prefill_supported(q, k, k_pool, v_pool):
         return _ref.prefill_attention(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len, sm_scale)
     _ref._check_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len)
     return triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len, _ref._scale(sm_scale, q),
-                          block_m, num_warps, num_stages, select)
+                          block_m, num_warps, num_stages, select, chunk_n=chunk_n)
 
 
 def _entry_kinds(k_index: torch.Tensor, v_index: torch.Tensor, used: int) -> tuple[int, int]:
@@ -228,15 +228,19 @@ def _entry_kinds(k_index: torch.Tensor, v_index: torch.Tensor, used: int) -> tup
 
 def triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len: int, scale: float,
                    block_m: int = 128, num_warps: int = 8, num_stages: int = 3, select: bool = False,
-                   out=None, lse=None, splits: int | None = None):
+                   out=None, lse=None, splits: int | None = None, chunk_n: int = 64):
     """Launch the Triton prefill on checked inputs (also under Triton's CPU interpreter, as
     ``triton_decode``). The kernel variant follows the prefix's entries: all dense, all sparse or
     mixed (``select``: the mixed variant picks a block's copy by a select, not a branch).
     ``out [T, H_q, D]`` / ``lse [T, H_q]`` float32: optional output buffers (tests pass poisoned
     ones to see that every element is written). ``splits``: prefix splits, merged by
-    ``combine_kernel`` (default ``prefill_splits``; at most one per full prefix block)."""
+    ``combine_kernel`` (default ``prefill_splits``; at most one per full prefix block). ``chunk_n``:
+    keys per tile of the chunk's own keys (64 or 128, at most ``block_m``)."""
     from . import triton_decode as td
     from . import triton_prefill as tp
+
+    if chunk_n not in (64, 128) or chunk_n > block_m:
+        raise ValueError(f"chunk_n must be 64 or 128 and at most block_m ({block_m}), got {chunk_n}")
     from .triton_blocks import LOG2E
 
     t, h_q, d = q.shape
@@ -258,7 +262,7 @@ def triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len: int, s
         _nonempty(v_pool.dense), _nonempty(v_pool.values), _nonempty(v_pool.meta),
         k_index, v_index, part_out, part_lse, scale * LOG2E, t, prefix_len, k_index.shape[1], per_split,
         H_KV=h_kv, G=h_q // h_kv, D=d, BLOCK_M=block_m, K_MODE=k_mode, V_MODE=v_mode,
-        PRMT=q.is_cuda, SELECT=select, SPLIT=splits > 1, num_warps=num_warps, num_stages=num_stages)
+        PRMT=q.is_cuda, SELECT=select, SPLIT=splits > 1, CHUNK_N=chunk_n, num_warps=num_warps, num_stages=num_stages)
     if splits > 1:
         td.combine_kernel[(t * h_q,)](part_out, part_lse, out, lse, splits, D=d, SPLITS_P2=_next_pow2(splits))
     return out, lse

@@ -6,7 +6,7 @@ query head)``, heavy (late) tiles first; online softmax in base 2 over three key
   * the prefix blocks through the index maps (each entry's dense or sparse copy, as in decode:
     both issued, masked by the entry's sign, so no load sits in a branch; sparse blocks unpacked
     in registers), keys past ``prefix_len`` masked and their V rows read as zeros;
-  * the chunk's key tiles strictly below the diagonal (no mask);
+  * the chunk's key tiles (``CHUNK_N`` keys) strictly below the diagonal (no mask);
   * the diagonal tiles (causal mask).
 The chunk's own keys come dense from ``k``/``v`` (the serving backend passes them already pruned).
 With ``SPLIT`` the prefix blocks are divided among the programs of grid axis 2 (``per_split``
@@ -68,7 +68,7 @@ def prefill_kernel(q_ptr, k_ptr, v_ptr, k_dense, k_vals, k_meta, v_dense, v_vals
                    out_ptr, lse_ptr, scale_log2, t_len, prefix_len, nb, per_split,
                    H_KV: tl.constexpr, G: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr,
                    K_MODE: tl.constexpr, V_MODE: tl.constexpr, PRMT: tl.constexpr, SELECT: tl.constexpr,
-                   SPLIT: tl.constexpr):
+                   SPLIT: tl.constexpr, CHUNK_N: tl.constexpr):
     mx = tl.num_programs(0) - 1 - tl.program_id(0)
     hq = tl.program_id(1)
     sp = tl.program_id(2)
@@ -109,15 +109,17 @@ def prefill_kernel(q_ptr, k_ptr, v_ptr, k_dense, k_vals, k_meta, v_dense, v_vals
                                           km_off, vv_off, vm_off, D, K_MODE, V_MODE, PRMT, SELECT, True)
 
         # the chunk: tiles wholly below this query tile's first row, then the diagonal ones
+        # (CHUNK_N keys per tile, dividing BLOCK_M: the unmasked tiles end exactly at the diagonal)
         row_stride = H_KV * D
-        chunk_off = tok[:, None].to(tl.int64) * row_stride + hk * D + cols[None, :]
+        ctok = tl.arange(0, CHUNK_N)
+        chunk_off = ctok[:, None].to(tl.int64) * row_stride + hk * D + cols[None, :]
         diag = mx * BLOCK_M
-        for c0 in range(0, diag, BS):
+        for c0 in range(0, diag, CHUNK_N):
             k = tl.load(k_ptr + c0 * row_stride + chunk_off)
             v = tl.load(v_ptr + c0 * row_stride + chunk_off)
             m_i, l_i, acc = _softmax_step(q, k, v, m_i, l_i, acc, scale_log2, True, False)
-        for c0 in range(diag, tl.minimum(diag + BLOCK_M, t_len), BS):
-            keys = c0 + tok
+        for c0 in range(diag, tl.minimum(diag + BLOCK_M, t_len), CHUNK_N):
+            keys = c0 + ctok
             inside = (keys < t_len)[:, None]
             k = tl.load(k_ptr + c0 * row_stride + chunk_off, mask=inside, other=0.0)
             v = tl.load(v_ptr + c0 * row_stride + chunk_off, mask=inside, other=0.0)

@@ -46,6 +46,9 @@ CASES = [
     (16, 4, 128, torch.bfloat16, 64, 4000, 0.5, 0.5, {"splits": 5}),      # split, partial last block
     (32, 8, 128, torch.bfloat16, 200, 2000, 0.5, 0.5, {"splits": 40}),    # more splits than full blocks
     (16, 2, 64, torch.bfloat16, 33, 1500, 1.0, 0.0, {"splits": 3, "block_m": 64, "num_warps": 4}),
+    (32, 8, 128, torch.bfloat16, 1000, 3000, 0.5, 0.5, {"chunk_n": 128}),  # 128-key chunk tiles
+    (32, 8, 128, torch.float16, 300, 0, 0.0, 0.0, {"chunk_n": 128, "num_stages": 2}),
+    (16, 2, 64, torch.bfloat16, 257, 640, 1.0, 1.0, {"chunk_n": 128}),
 ]
 
 
