@@ -159,11 +159,13 @@ def decode_rows(rows, gen, b, ctx, quick):
                          + "".join(f" {k.replace('num_', '')}={v}" for k, v in opts.items()))
                 rows.append((f"decode B={b} {ctx // 1024}K", label, ms, nbytes / ms / 1e6, base / ms))
             if cuda_decode.available() and not mixed:
-                ms = bench(lambda: gpu.cuda_decode(q, k_pool, v_pool, k_index, v_index, sl, scale, default))
-                err = rel_err(gpu.cuda_decode(q, k_pool, v_pool, k_index, v_index, sl, scale, default)[0],
+                cuda_default = gpu.default_splits(b, H_KV, ctx // BLOCK_SIZE, q.device, per_sm=16)
+                err = rel_err(gpu.cuda_decode(q, k_pool, v_pool, k_index, v_index, sl, scale, cuda_default)[0],
                               gpu.triton_decode(q, k_pool, v_pool, k_index, v_index, sl, scale, default)[0])
-                rows.append((f"decode B={b} {ctx // 1024}K", f"ours CUDA mma.sp S_K={s_k} S_V={s_v} (vs Triton {err:.0e})",
-                             ms, nbytes / ms / 1e6, base / ms))
+                for n in [cuda_default] + ([] if quick else [x for x in (16, 24, 48) if x != cuda_default]):
+                    ms = bench(lambda: gpu.cuda_decode(q, k_pool, v_pool, k_index, v_index, sl, scale, n))
+                    rows.append((f"decode B={b} {ctx // 1024}K", f"ours CUDA mma.sp S_K={s_k} S_V={s_v} splits={n}"
+                                 + (f" (vs Triton {err:.0e})" if n == cuda_default else ""), ms, nbytes / ms / 1e6, base / ms))
             if (s_k, s_v) == (1, 1):  # the product entry point: host-side checks and dispatch included
                 ms = bench(lambda: gpu.decode_attention(q, k_pool, v_pool, k_index, v_index, sl))
                 rows.append((f"decode B={b} {ctx // 1024}K", f"ours S_K={s_k} S_V={s_v} via decode_attention", ms,
