@@ -81,3 +81,18 @@ def launch(q, k_pool, v_pool, k_index, v_index, seq_lens, o_part, lse_part, scal
         torch.cuda.current_stream(q.device).cuda_stream)
     if rc:
         raise RuntimeError(f"hs_decode_sp failed: {'unsupported head_dim' if rc == _ERR_UNSUPPORTED else f'CUDA error {rc}'}")
+
+
+def warm_up(head_dim: int, dtype: torch.dtype, device: torch.device) -> None:
+    """Build the library and run the (head_dim, dtype) kernel once on a one-block input, so that
+    nothing is compiled or loaded later inside a CUDA graph capture."""
+    from .pool import BlockPool
+
+    pools = [BlockPool.allocate(op, head_dim, 1, 1, dtype, device) for op in ("k", "v")]
+    for pool in pools:
+        pool.dense.zero_()
+    q = torch.zeros(1, 1, head_dim, dtype=dtype, device=device)
+    index = torch.zeros(1, 1, 1, dtype=torch.int32, device=device)
+    parts = torch.empty(1, 1, 1, head_dim, device=device), torch.empty(1, 1, 1, device=device)
+    launch(q, *pools, index, index, torch.ones(1, dtype=torch.int32, device=device), *parts, 1.0, 1)
+    torch.cuda.synchronize(device)

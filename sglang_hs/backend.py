@@ -56,6 +56,13 @@ class HSAttnBackend(AttentionBackend):
         if not isinstance(self.pool, HSKVPool):
             raise RuntimeError("attention backend 'hs' needs the hs KV pool; start through sglang_hs (plugin not loaded in this process?)")
         self.settings: HSSettings = self.pool.settings
+        if self.settings.decode_kernel == "cuda" and self.device != "cpu" and any(s.n_r for s in self.pool.layers):
+            from hs_kernels import cuda_decode
+
+            if not cuda_decode.available():
+                raise RuntimeError("--hs-decode-kernel cuda needs nvcc (set CUDA_HOME) and an sm_80+ GPU")
+            if self.pool.head_dim in cuda_decode.HEAD_DIMS and self.pool.dtype in (torch.float16, torch.bfloat16):
+                cuda_decode.warm_up(self.pool.head_dim, self.pool.dtype, torch.device(self.device))
         self._heads = {}
         # decode streaming keys (hs_kernels.streaming_keys for every sequence at once): sink pages, then
         # whole pages covering any window
@@ -249,7 +256,7 @@ class HSAttnBackend(AttentionBackend):
             v_idx = store.index["v"][pages].permute(0, 2, 1).contiguous()
             with record_function("hs.retrieval_attention"):
                 out, _ = decode_attention(q_[:, heads_r], store.pools["k"], store.pools["v"], k_idx, v_idx, seq_lens,
-                                          layer.scaling)
+                                          layer.scaling, kernel=self.settings.decode_kernel)
             o[:, heads_r] = out
         if store.n_s:
             with record_function("hs.streaming_attention"):

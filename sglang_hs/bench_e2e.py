@@ -25,6 +25,7 @@ import argparse
 import json
 import os
 import random
+import shlex
 import statistics
 import sys
 import time
@@ -200,7 +201,7 @@ def server_args(engine: str, model: str, args) -> tuple[list[str], str]:
         common += ["--load-format", "dummy"]
     if engine == "stock":
         return common + ["--attention-backend", args.stock_backend], "sglang.launch_server"
-    return common, "sglang_hs.launch_server"
+    return common + shlex.split(args.hs_flags), "sglang_hs.launch_server"
 
 
 def fmt(run: dict, key: str, scale: float = 1.0, spec: str = "{:.3f}") -> str:
@@ -256,6 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mem-fraction", type=float, default=0.85)
     ap.add_argument("--engines", default="stock,hs")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--hs-flags", default="", help="--hs-* flags for the hs engine only, one string (e.g. '--hs-decode-kernel cuda')")
     ap.add_argument("--profile-steps", type=int, default=0, help="profile this many forward steps per engine (0: off)")
     ap.add_argument("extra", nargs="*", help="more SGLang server flags for both engines (after --)")
     args = ap.parse_args(argv)

@@ -42,6 +42,7 @@ class HSSettings:
     dense_reserve: float | None  # a fraction of the pool's pages; None: auto_reserve_pages
     recipe: str
     stream_checkpoint: int = 4096
+    decode_kernel: str = "triton"  # hs_kernels.decode_attention(kernel=...) for the retrieval groups
     layers: list[LayerGroups] = field(default_factory=list)
     num_kv_heads: int = 0
     auto_reserve_pages: int = 0
@@ -77,6 +78,7 @@ class HSSettings:
             "sink_tokens": self.sink_tokens,
             "window_tokens": self.window_tokens,
             "stream_checkpoint": self.stream_checkpoint,
+            "decode_kernel": self.decode_kernel,
             "dense_reserve": self.reserve_flag,
             "auto_reserve_pages": self.auto_reserve_pages,
             "retrieval_fraction": n_r / n if n else 0.0,
@@ -112,6 +114,7 @@ FLAGS = {
     "--hs-window-tokens": ("window_tokens", int, "dense recent-window tokens"),
     "--hs-dense-reserve": ("dense_reserve", fraction_or_auto, "extra dense block and stream page capacity (sinks, windows, blocks awaiting compression or trimming): 'auto' (default: one prefill chunk plus the sinks and windows of --max-running-requests requests; hs sets that to 32 when unset) or a fraction of the pool"),
     "--hs-stream-checkpoint": ("stream_checkpoint", int, "streaming groups keep their window before every multiple of this many tokens (a multiple of 64, >= window); a cached prefix is reused up to the last such point"),
+    "--hs-decode-kernel": ("decode_kernel", str, "retrieval decode kernel on CUDA: 'triton' (default) or 'cuda' (sparse tensor cores, mma.sp; built with the machine's nvcc; head_dim 64/128, at most 8 query heads per KV head, else Triton)"),
     "--hs-recipe": ("recipe", str, "recipe name in recipes/ or a path to a recipe JSON (default: by model type)"),
 }
 
@@ -235,6 +238,9 @@ def resolve(model_path: str, hs_args: dict | None = None, page_size: int | None 
     checkpoint = int(pick("stream_checkpoint", recipe.get("stream_checkpoint", 4096)))
     if checkpoint % BLOCK_SIZE or checkpoint < window or checkpoint <= 0:
         raise HSConfigError(f"--hs-stream-checkpoint must be a positive multiple of {BLOCK_SIZE} and >= the window ({window}), got {checkpoint}")
+    decode_kernel = pick("decode_kernel", "triton")
+    if decode_kernel not in ("triton", "cuda"):
+        raise HSConfigError(f"--hs-decode-kernel must be 'triton' or 'cuda', got {decode_kernel!r}")
     with_window = lambda c: SparsityConfig(c.s_k, c.s_v, sink, window)  # noqa: E731
     return HSSettings(
         prefill=with_window(prefill),
@@ -244,6 +250,7 @@ def resolve(model_path: str, hs_args: dict | None = None, page_size: int | None 
         dense_reserve=reserve,
         recipe=name,
         stream_checkpoint=checkpoint,
+        decode_kernel=decode_kernel,
         layers=layer_groups(section, num_layers, tp_size, tp_rank),
         num_kv_heads=section["num_key_value_heads"] // tp_size,
         auto_reserve_pages=auto_reserve_pages(chunk_tokens or text_config.get("max_position_embeddings", 8192),

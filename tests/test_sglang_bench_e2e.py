@@ -53,3 +53,18 @@ def test_context_length_stays_within_the_models_limit():
     assert context_length(NS(contexts=[131072], prefix=32768, output_tokens=32, max_positions=131072)) == 131072
     assert context_length(NS(contexts=[512], prefix=1024, output_tokens=4, max_positions=None)) == 1024 + 68 + 256
     assert context_length(NS(contexts=[200000], prefix=0, output_tokens=4, max_positions=131072)) == 200256  # SGLang refuses it
+
+
+def test_hs_flags_go_to_the_hs_engine_only():
+    from types import SimpleNamespace as NS
+
+    from sglang_hs.bench_e2e import server_args
+
+    args = NS(device="cuda", dtype="bfloat16", mem_fraction=0.85, contexts=[1024], prefix=0, output_tokens=4,
+              max_positions=None, extra=["--cuda-graph-max-bs-decode", "16"], shape="llama-3.1-8b",
+              stock_backend="triton", hs_flags="--hs-decode-kernel cuda")
+    hs, hs_module = server_args("hs", "m", args)
+    stock, stock_module = server_args("stock", "m", args)
+    assert hs[-2:] == ["--hs-decode-kernel", "cuda"] and "--hs-decode-kernel" not in stock
+    assert "--cuda-graph-max-bs-decode" in hs and "--cuda-graph-max-bs-decode" in stock
+    assert (hs_module, stock_module) == ("sglang_hs.launch_server", "sglang.launch_server")
