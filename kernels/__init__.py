@@ -5,7 +5,7 @@ Pure PyTorch, device-agnostic; imports only torch. The block format is specified
 """
 
 from . import format, gpu
-from .attention import merge_attention, streaming_keys
+from .attention import merge_attention, streaming_keys, window_start
 from .gpu import compress_magnitude, decode_attention, prefill_attention, streaming_attention  # GPU kernels on CUDA, else the reference
 from .compressed_kv import CompressedKV, compress_sequence, to_blocks
 from .compressor import compress_24, compress_blocks, decompress_24, decompress_blocks
@@ -52,7 +52,7 @@ __all__ = [
     "select_sparse_blocks", "prune_blocks",
     "BlockPool", "CompressedKV", "compress_sequence", "to_blocks",
     "gpu", "compress_magnitude", "decode_attention", "prefill_attention", "streaming_attention", "streaming_keys",
-    "merge_attention",
+    "window_start", "merge_attention",
     "SizeBreakdown", "baseline_bytes", "model_bytes", "compression_ratio", "prefill_speedup",
     "decode_speedup", "measured_bytes", "measured_sparsity",
 ]

@@ -120,8 +120,14 @@ def streaming_keys(first_query: int, num_tokens: int, sink_tokens: int, window_t
     (the reference then gives a query the same result however a prefill was chunked or cached; the
     extra keys are masked), and the GPU kernel reads only the blocks a tile sees."""
     sink = min(-(-sink_tokens // BLOCK_SIZE) * BLOCK_SIZE, num_tokens)
-    first = max(sink, (first_query - window_tokens + 1) // BLOCK_SIZE * BLOCK_SIZE)
+    first = max(sink, window_start(first_query, window_tokens))
     return torch.cat((torch.arange(sink, device=device), torch.arange(first, num_tokens, device=device)))
+
+
+def window_start(first_query, window_tokens: int):
+    """The page-aligned first key position that a query at ``first_query`` (an int or a tensor) or
+    later may see in its window (``streaming_keys`` reads from there, or from the sink's end)."""
+    return (first_query - window_tokens + 1) // BLOCK_SIZE * BLOCK_SIZE
 
 
 def merge_attention(out_a: torch.Tensor, lse_a: torch.Tensor, out_b: torch.Tensor,

@@ -190,14 +190,15 @@ def compression_rows(rows, gen, quick):
     pools = {op: (torch.empty(n, *sparse_shapes(op, D)[0], dtype=DT, device="cuda"),
                   torch.empty(n, *sparse_shapes(op, D)[1], dtype=torch.int16, device="cuda")) for op in ("k", "v")}
     no_slots = torch.full((n,), -1, dtype=torch.int32, device="cuda")
-    loss_only = bench(lambda: [gpu.compress_magnitude(x, op, *pools[op], no_slots) for x, op in ((blocks, "k"), (vblocks, "v"))])
+    pairs = ((blocks, "k"), (vblocks, "v"))
+    loss_only = bench(lambda: [gpu.compress_magnitude(x, op, *pools[op], no_slots) for x, op in pairs])
     rows.append(("compress K+V 32Kx8", f"ours Triton, loss only ({100 * loss_only / pre:.2f}%)", loss_only,
                  2 * blocks.numel() * 2 / loss_only / 1e6, None))
     variants = [("triton", {})] + [("triton", {"num_warps": w}) for w in ((2, 8) if not quick else ())]
     if gpu.tilelang_available():
         variants.append(("tilelang", {}))
-    pairs = ((blocks, "k"), (vblocks, "v"))
-    ref = [(*compress_blocks(x, element_mask(x, op), op), block_loss(x, element_mask(x, op))) for x, op in pairs]
+    masks = [element_mask(x, op) for x, op in pairs]
+    ref = [(*compress_blocks(x, m, op), block_loss(x, m)) for (x, op), m in zip(pairs, masks)]
     slots = torch.arange(n, dtype=torch.int32, device="cuda")
     bufs = [(*pools[op], torch.empty(n, device="cuda")) for op in ("k", "v")]
     for kernel, opts in variants:

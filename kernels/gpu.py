@@ -80,6 +80,15 @@ def prefill_splits(programs: int, full_blocks: int, device: torch.device) -> int
     return max(1, min(-(-2 * sms // programs), full_blocks // 16))
 
 
+def prefill_split_plan(programs: int, full_blocks: int, device: torch.device,
+                       splits: int | None = None) -> tuple[int, int]:
+    """``(splits, blocks per split)`` of a prefill: ``splits`` asked for (default ``prefill_splits``),
+    at most one per full prefix block and none left empty."""
+    splits = max(1, min(full_blocks, prefill_splits(programs, full_blocks, device) if splits is None else splits))
+    per_split = -(-full_blocks // splits)
+    return (max(1, -(-full_blocks // per_split)) if full_blocks else 1), per_split
+
+
 def _nonempty(x: torch.Tensor) -> torch.Tensor:
     """A pool tensor with at least one slot (an empty pool is never read, but needs a pointer)."""
     return x.contiguous() if x.shape[0] else torch.zeros((1, *x.shape[1:]), dtype=x.dtype, device=x.device)
@@ -151,15 +160,23 @@ def cuda_decode(q, k_pool, v_pool, k_index, v_index, seq_lens, scale: float, spl
 
 
 def _combine(q, o_part, lse_part, splits: int):
-    from . import triton_decode as td
-
+    """Decode's per-split partials ``[B, H_q, splits, ...]`` merged into new ``out [B, H_q, D]`` / ``lse``."""
     if splits == 1:
         return o_part[:, :, 0].to(q.dtype), lse_part[:, :, 0]
-    batch, h_q, d = q.shape
-    out = torch.empty(batch, h_q, d, dtype=q.dtype, device=q.device)
-    lse = torch.empty(batch, h_q, dtype=torch.float32, device=q.device)
-    td.combine_kernel[(batch * h_q,)](o_part, lse_part, out, lse, splits, D=d, SPLITS_P2=_next_pow2(splits))
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    lse = torch.empty(q.shape[:2], dtype=torch.float32, device=q.device)
+    _merge_splits(o_part, lse_part, out, lse)
     return out, lse
+
+
+def _merge_splits(o_part, lse_part, out, lse) -> None:
+    """``triton_decode.combine_kernel`` over partials ``[R1, R2, splits, D]`` / ``[R1, R2, splits]`` into
+    ``out [R1, R2, D]`` / ``lse [R1, R2]`` (decode: sequences x heads; prefill: tokens x heads)."""
+    from . import triton_decode as td
+
+    splits, d = o_part.shape[-2:]
+    td.combine_kernel[(out.shape[0] * out.shape[1],)](o_part, lse_part, out, lse, splits, D=d,
+                                                      SPLITS_P2=_next_pow2(splits))
 
 
 def triton_decode(q, k_pool, v_pool, k_index, v_index, seq_lens, scale: float, splits: int,
@@ -236,22 +253,19 @@ def triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len: int, s
     ones to see that every element is written). ``splits``: prefix splits, merged by
     ``combine_kernel`` (default ``prefill_splits``; at most one per full prefix block). ``chunk_n``:
     keys per tile of the chunk's own keys (64 or 128, at most ``block_m``)."""
-    from . import triton_decode as td
     from . import triton_prefill as tp
+    from .triton_blocks import LOG2E
 
     if chunk_n not in (64, 128) or chunk_n > block_m:
         raise ValueError(f"chunk_n must be 64 or 128 and at most block_m ({block_m}), got {chunk_n}")
-    from .triton_blocks import LOG2E
 
     t, h_q, d = q.shape
     h_kv = k_index.shape[0]
     out = torch.empty_like(q) if out is None else out
     lse = torch.empty(t, h_q, dtype=torch.float32, device=q.device) if lse is None else lse
     k_mode, v_mode = _entry_kinds(k_index, v_index, -(-prefix_len // BLOCK_SIZE))
-    tiles, full = -(-t // block_m), prefix_len // BLOCK_SIZE
-    splits = max(1, min(full, prefill_splits(tiles * h_q, full, q.device) if splits is None else splits))
-    per_split = -(-full // splits)
-    splits = max(1, -(-full // per_split)) if full else 1  # no empty split
+    tiles = -(-t // block_m)
+    splits, per_split = prefill_split_plan(tiles * h_q, prefix_len // BLOCK_SIZE, q.device, splits)
     part_out, part_lse = (out, lse) if splits == 1 else (
         torch.empty(t, h_q, splits, d, dtype=torch.float32, device=q.device),
         torch.empty(t, h_q, splits, dtype=torch.float32, device=q.device))
@@ -264,7 +278,7 @@ def triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len: int, s
         H_KV=h_kv, G=h_q // h_kv, D=d, BLOCK_M=block_m, K_MODE=k_mode, V_MODE=v_mode,
         PRMT=q.is_cuda, SELECT=select, SPLIT=splits > 1, CHUNK_N=chunk_n, num_warps=num_warps, num_stages=num_stages)
     if splits > 1:
-        td.combine_kernel[(t * h_q,)](part_out, part_lse, out, lse, splits, D=d, SPLITS_P2=_next_pow2(splits))
+        _merge_splits(part_out, part_lse, out, lse)
     return out, lse
 
 

@@ -27,6 +27,7 @@ from hs_kernels import (
     streaming_attention,
     streaming_keys,
     to_blocks,
+    window_start,
 )
 from sglang.srt.layers.attention.base_attn_backend import AttentionBackend
 
@@ -200,7 +201,7 @@ class HSAttnBackend(AttentionBackend):
         if not self.pool.has_stream:
             return pages, None, None
         sink = self.sink_end
-        start = ((seq_lens - self.settings.window_tokens) // BLOCK_SIZE * BLOCK_SIZE).clamp(min=sink)[:, None]
+        start = window_start(seq_lens - 1, self.settings.window_tokens).clamp(min=sink)[:, None]
         j = torch.arange(self._stream_span, device=seq_lens.device)
         pos = torch.where(j < sink, j, start + j - sink)
         valid = (pos < seq_lens[:, None]) & live
