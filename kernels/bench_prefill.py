@@ -2,7 +2,7 @@
 serving path) and the TileLang Trans-Both kernel (``tl_prefill``, sparse tensor cores).
 
     python -m hs_kernels.bench_prefill [--tokens 32768] [--chunk 8192] [--triton-configs 128:8:2,64:4:2]
-        [--variants 128:mn:128,64:mn:128] [--no-tilelang] [--prebuild] [--question 64]
+        [--variants 128:mn:128:column,128:mn:128:warp] [--no-tilelang] [--prebuild] [--question 64]
 
 Triton rows: the sequence prefilled in chunks of ``--chunk`` tokens, as SGLang's chunked prefill
 runs it, each chunk against the previous chunks stored in the pools with block sparsity S_K / S_V
@@ -75,6 +75,8 @@ def kernel_configs(variants) -> list[tuple]:
     path = os.path.join(os.path.dirname(__file__), "..", "tests", "test_kernels_gpu_prefill.py")
     cfgs = set()
     if os.path.exists(path):
+        if os.path.dirname(path) not in sys.path:  # the test module imports its kv_cases helper
+            sys.path.insert(0, os.path.dirname(path))
         spec = importlib.util.spec_from_file_location("_prefill_cases", path)
         mod = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(mod)
@@ -82,12 +84,13 @@ def kernel_configs(variants) -> list[tuple]:
             cs = chunk_s or (None, None)
             cfgs.add((h_q, h_kv, d, P._DTYPES[dtype], _modes_prefix(pl, p_k), _modes_prefix(pl, p_v),
                       _modes_chunk(t, cs[0]), _modes_chunk(t, cs[1]), knobs.get("rows", P.ROWS), knobs.get("threads", P.THREADS),
-                      P.STAGES, knobs.get("p_major", P.P_MAJOR)))
-        cfgs.add((32, 8, 128, "bfloat16", "mixed", "mixed", "dense", "dense", P.ROWS, P.THREADS, P.STAGES, P.P_MAJOR))
-    for rows, p_major, threads in variants:
+                      P.STAGES, knobs.get("p_major", P.P_MAJOR), knobs.get("softmax", P.SOFTMAX)))
+        cfgs.add((32, 8, 128, "bfloat16", "mixed", "mixed", "dense", "dense", P.ROWS, P.THREADS, P.STAGES, P.P_MAJOR,
+                  P.SOFTMAX))
+    for rows, p_major, threads, softmax in variants:
         for sk, sv in BENCH_S:
             cfgs.add((H_Q, H_KV, D, "bfloat16", "dense", "dense", _modes_chunk(32768, sk), _modes_chunk(32768, sv),
-                      rows, threads, P.STAGES, p_major))
+                      rows, threads, P.STAGES, p_major, softmax))
     return sorted(cfgs)
 
 
@@ -156,13 +159,13 @@ def bench(tokens: int, variants, chunk: int, triton_configs, tilelang: bool) -> 
     k_pool = BlockPool.allocate("k", D, 0, 0, torch.bfloat16, dev)
     v_pool = BlockPool.allocate("v", D, 0, 0, torch.bfloat16, dev)
     idx = torch.zeros((H_KV, 1), dtype=torch.int32, device=dev)
-    for rows_n, p_major, threads in variants:
-        tag = f"[{rows_n} rows, {threads} thr, P^T {p_major}]"
+    for rows_n, p_major, threads, softmax in variants:
+        tag = f"[{rows_n} rows, {threads} thr, P^T {p_major}, softmax {softmax}]"
         for sk, sv in BENCH_S:
             compressed = None if (sk, sv) == (0, 0) else P.compress_chunk(k, v, sk, sv)
             run = lambda: P.prefill_blocks(q, k, v, k_pool, v_pool, idx, idx, 0, chunk=compressed,  # noqa: E731
                                            modes=("dense", "dense"), rows=rows_n, p_major=p_major,
-                                           threads=threads)
+                                           threads=threads, softmax=softmax)
             try:
                 out, _ = run()
                 note = ""
@@ -260,8 +263,8 @@ def bench_question(prefix: int, t: int) -> None:
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--tokens", type=int, default=32768)
-    ap.add_argument("--variants", default="128:mn:128,128:mn:256,64:mn:128",
-                    help="rows:p_major:threads list (p_major mn or k)")
+    ap.add_argument("--variants", default="128:mn:128:column,128:k:128:column,128:mn:128:warp,128:k:256:column,64:k:128:column",
+                    help="rows:p_major:threads:softmax list (p_major mn or k; softmax column or warp)")
     ap.add_argument("--chunk", type=int, default=8192, help="Triton rows: chunked-prefill chunk (a multiple of 64)")
     ap.add_argument("--triton-configs", default="128:8:3,128:8:2,64:4:3", help="block_m:num_warps:num_stages[:chunk_n] list")
     ap.add_argument("--no-tilelang", action="store_true", help="skip the TileLang rows (and compression)")
@@ -270,7 +273,7 @@ def main(argv=None):
     ap.add_argument("--prebuild", action="store_true")
     ap.add_argument("--workers", type=int, default=min(16, os.cpu_count() or 1))
     a = ap.parse_args(argv)
-    variants = [(int(x.split(":")[0]), x.split(":")[1], int(x.split(":")[2])) for x in a.variants.split(",") if x]
+    variants = [(int(r), p, int(th), sm) for r, p, th, sm in (x.split(":") for x in a.variants.split(",") if x)]
     if a.prebuild:
         prebuild(variants, a.workers)
         return

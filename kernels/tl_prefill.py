@@ -35,11 +35,18 @@ LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
 
 
-def _kernel(h_q, h_kv, d, dtype, hg, tq, threads, k_mode, v_mode, ck_mode, cv_mode, stages, p_major="mn"):
+def _kernel(h_q, h_kv, d, dtype, hg, tq, threads, k_mode, v_mode, ck_mode, cv_mode, stages, p_major="mn",
+            softmax="column"):
     """k_mode / v_mode: prefix blocks; ck_mode / cv_mode: the chunk's tiles ("dense" = straight
-    from k/v, "sparse" / "mixed" = through chunk index maps into chunk 2:4 slots)."""
+    from k/v, "sparse" / "mixed" = through chunk index maps into chunk 2:4 slots).
+    softmax: "column" (S^T staged in shared memory and re-read with whole columns per thread, so
+    the statistics need no cross-warp reduction) or "warp" (reduced on the GEMM fragment: one
+    cross-warp AllReduce per column)."""
     g = h_q // h_kv
     n = tq * hg
+    parts = threads // n if softmax == "column" else 1  # threads sharing one column of S^T
+    if softmax == "column" and (threads % n or BS % parts):
+        raise ValueError(f"softmax='column' needs the query rows ({n}) to divide the threads ({threads})")
     p_shape = (BS, n) if p_major == "mn" else (n, BS)
     acc = "float32"
     t_len = T.dynamic("t_len")
@@ -163,6 +170,44 @@ def _kernel(h_q, h_kv, d, dtype, hg, tq, threads, k_mode, v_mode, ck_mode, cv_mo
             for r, i in T.Parallel(BS, n):
                 p_s[i, r] = T.cast(acc_s[r, i], dtype)
 
+    # Thread n * part + i owns rows part * BS / parts .. of column i: the statistics are (nearly)
+    # thread-local. The shared staging row is padded by 8 floats: the accumulator's float2 stores
+    # of 4 rows x 4 column pairs per half-warp then fall in distinct banks.
+    col_layout = T.Fragment((BS, n), forward_thread_fn=lambda r, i: i + n * (r // (BS // parts)),
+                            forward_index_fn=lambda r, i: r % (BS // parts))
+
+    @T.macro
+    def softmax_columns(acc_s, acc_o, m_col, m_prev, rescale_col, col_sum, l_col, p_s, s_sh, s_col,
+                        rescale_sh, rescale):
+        T.copy(acc_s, s_sh[0:BS, 0:n])
+        T.copy(s_sh[0:BS, 0:n], s_col)
+        T.copy(m_col, m_prev)
+        T.reduce_max(s_col, m_col, dim=0, clear=False)
+        for i in T.Parallel(n):
+            rescale_col[i] = T.if_then_else(m_col[i] == -T.infinity(acc), 0.0, T.exp2(m_prev[i] - m_col[i]))
+        for r, i in T.Parallel(BS, n):
+            s_col[r, i] = T.exp2(s_col[r, i] - T.if_then_else(m_col[i] == -T.infinity(acc), 0.0, m_col[i]))
+        T.reduce_sum(s_col, col_sum, dim=0)
+        for i in T.Parallel(n):
+            l_col[i] = l_col[i] * rescale_col[i] + col_sum[i]
+        T.copy(rescale_col, rescale_sh)
+        T.copy(rescale_sh, rescale)
+        for c, i in T.Parallel(d, n):
+            acc_o[c, i] *= rescale[i]
+        if p_major == "mn":
+            T.copy(s_col, p_s)
+        else:
+            for r, i in T.Parallel(BS, n):
+                p_s[i, r] = T.cast(s_col[r, i], dtype)
+
+    @T.macro
+    def softmax_step(acc_s, acc_o, m_cur, m_prev, rescale, col_sum, l_sum, p_s, s_sh, s_col, rescale_sh, rescale_o):
+        if softmax == "column":
+            softmax_columns(acc_s, acc_o, m_cur, m_prev, rescale, col_sum, l_sum, p_s, s_sh, s_col, rescale_sh,
+                            rescale_o)
+        else:
+            softmax_and_stage(acc_s, acc_o, m_cur, m_prev, rescale, col_sum, l_sum, p_s)
+
     @T.macro
     def zero_tail_rows(ve, mode, valid, v_s, vv_s, vm_s):
         """Rows >= valid of the staged V tile are stale pool rows: zero them (P is 0 there,
@@ -239,6 +284,12 @@ def _kernel(h_q, h_kv, d, dtype, hg, tq, threads, k_mode, v_mode, ck_mode, cv_mo
             rescale = T.alloc_fragment((n,), acc)
             col_sum = T.alloc_fragment((n,), acc)
             l_sum = T.alloc_fragment((n,), acc)
+            s_sh = T.alloc_shared((BS, n + 8), acc)  # softmax "column" only, as the three below
+            s_col = T.alloc_fragment((BS, n), acc)
+            rescale_sh = T.alloc_shared((n,), acc)
+            rescale_o = T.alloc_fragment((n,), acc)
+            if softmax == "column":
+                T.annotate_layout({s_col: col_layout})
 
             qt = n_qt - 1 - bx  # longest (latest) query tiles first: better tail balance
             t0 = qt * tq
@@ -265,7 +316,8 @@ def _kernel(h_q, h_kv, d, dtype, hg, tq, threads, k_mode, v_mode, ck_mode, cv_mo
                 gemm_s(k_index[hk, j], k_mode, k_a_s, kv_a_s, km_a_s, q_s, acc_s)
                 for r, i in T.Parallel(BS, n):
                     acc_s[r, i] = acc_s[r, i] * sl2
-                softmax_and_stage(acc_s, acc_o, m_cur, m_prev, rescale, col_sum, l_sum, p_a_s)
+                softmax_step(acc_s, acc_o, m_cur, m_prev, rescale, col_sum, l_sum, p_a_s, s_sh, s_col,
+                             rescale_sh, rescale_o)
                 gemm_o(v_index[hk, j], v_mode, v_a_s, vv_a_s, vm_a_s, p_a_s, acc_o)
 
             # ---- 2) the partial last prefix block: rows < tail
@@ -279,7 +331,8 @@ def _kernel(h_q, h_kv, d, dtype, hg, tq, threads, k_mode, v_mode, ck_mode, cv_mo
                 gemm_s(ke, k_mode, k_s, kv_s, km_s, q_s, acc_s)
                 for r, i in T.Parallel(BS, n):
                     acc_s[r, i] = T.if_then_else(r < tail, acc_s[r, i] * sl2, -T.infinity(acc))
-                softmax_and_stage(acc_s, acc_o, m_cur, m_prev, rescale, col_sum, l_sum, p_s)
+                softmax_step(acc_s, acc_o, m_cur, m_prev, rescale, col_sum, l_sum, p_s, s_sh, s_col,
+                             rescale_sh, rescale_o)
                 gemm_o(ve, v_mode, v_s, vv_s, vm_s, p_s, acc_o)
 
             # ---- 3) chunk tiles strictly below every row of this query tile
@@ -289,7 +342,8 @@ def _kernel(h_q, h_kv, d, dtype, hg, tq, threads, k_mode, v_mode, ck_mode, cv_mo
                 gemm_s(kc_index[hk, c], ck_mode, k_c_s, kv_c_s, km_c_s, q_s, acc_s)
                 for r, i in T.Parallel(BS, n):
                     acc_s[r, i] = acc_s[r, i] * sl2
-                softmax_and_stage(acc_s, acc_o, m_cur, m_prev, rescale, col_sum, l_sum, p_c_s)
+                softmax_step(acc_s, acc_o, m_cur, m_prev, rescale, col_sum, l_sum, p_c_s, s_sh, s_col,
+                             rescale_sh, rescale_o)
                 gemm_o(vc_index[hk, c], cv_mode, v_c_s, vv_c_s, vm_c_s, p_c_s, acc_o)
 
             # ---- 4) diagonal tiles: key token c*64 + r visible to row i iff <= its token
@@ -301,12 +355,19 @@ def _kernel(h_q, h_kv, d, dtype, hg, tq, threads, k_mode, v_mode, ck_mode, cv_mo
                 gemm_s(kce, ck_mode, k_s, kv_s, km_s, q_s, acc_s)
                 for r, i in T.Parallel(BS, n):
                     acc_s[r, i] = T.if_then_else(c * BS + r <= t0 + i // hg, acc_s[r, i] * sl2, -T.infinity(acc))
-                softmax_and_stage(acc_s, acc_o, m_cur, m_prev, rescale, col_sum, l_sum, p_s)
+                softmax_step(acc_s, acc_o, m_cur, m_prev, rescale, col_sum, l_sum, p_s, s_sh, s_col,
+                             rescale_sh, rescale_o)
                 gemm_o(vce, cv_mode, v_s, vv_s, vm_s, p_s, acc_o)
 
             # ---------------- epilogue: O = O^T / l, staged transposed through shared memory
-            for c, i in T.Parallel(d, n):
-                acc_o[c, i] = acc_o[c, i] / l_sum[i]
+            if softmax == "column":
+                T.copy(l_sum, rescale_sh)
+                T.copy(rescale_sh, rescale_o)
+                for c, i in T.Parallel(d, n):
+                    acc_o[c, i] = acc_o[c, i] / rescale_o[i]
+            else:
+                for c, i in T.Parallel(d, n):
+                    acc_o[c, i] = acc_o[c, i] / l_sum[i]
             T.copy(acc_o, o_s)
             for i in T.Parallel(n):
                 if t0 + i // hg < t_len:
@@ -324,7 +385,7 @@ MODES = ("dense", "sparse", "mixed")
 @functools.lru_cache(maxsize=None)
 def get_kernel(h_q: int, h_kv: int, head_dim: int, dtype: str, k_mode: str = "mixed", v_mode: str = "mixed",
                ck_mode: str = "dense", cv_mode: str = "dense", rows: int = 128, threads: int = 256,
-               stages: int = 2, p_major: str = "mn", target=None):
+               stages: int = 2, p_major: str = "mn", softmax: str = "column", target=None):
     """Compiled prefill kernel; cached per process (and on disk by TileLang). ``rows`` = query rows
     per program (tq tokens x hg heads of one KV group)."""
     hg = head_group(h_q, h_kv, rows)
@@ -333,7 +394,8 @@ def get_kernel(h_q: int, h_kv: int, head_dim: int, dtype: str, k_mode: str = "mi
     cfg = {tilelang.PassConfigKey.TL_DISABLE_TMA_LOWER: True,
            tilelang.PassConfigKey.TL_DISABLE_WARP_SPECIALIZED: True}
     return tilelang.compile(_kernel(h_q, h_kv, head_dim, dtype, hg, rows // hg, threads, k_mode, v_mode,
-                                    ck_mode, cv_mode, stages, p_major), target=target or "cuda", pass_configs=cfg)
+                                    ck_mode, cv_mode, stages, p_major, softmax), target=target or "cuda",
+                            pass_configs=cfg)
 
 
 def head_group(h_q: int, h_kv: int, rows: int = 128) -> int:
@@ -362,6 +424,7 @@ ROWS = 128
 THREADS = 128
 STAGES = 2
 P_MAJOR = "mn"
+SOFTMAX = "column"
 
 
 def supported(q, k, v, k_pool, v_pool) -> bool:
@@ -382,7 +445,7 @@ def block_modes(k_index: torch.Tensor, v_index: torch.Tensor, used: int) -> tupl
 
 
 def prefill_blocks(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len, sm_scale=None, chunk=None,
-                   modes=None, rows=None, threads=None, stages=None, p_major=None, out=None, lse=None):
+                   modes=None, rows=None, threads=None, stages=None, p_major=None, softmax=None, out=None, lse=None):
     """The kernel behind ``prefill_attention`` with its knobs exposed (benchmarks, tests).
 
     chunk: None (the chunk's own tiles dense, from ``k``/``v``) or ``ChunkBlocks`` (``compress_chunk``):
@@ -410,7 +473,8 @@ def prefill_blocks(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len, sm_sca
         kc_vals, kc_meta, vc_vals, vc_meta = chunk.k_vals, chunk.k_meta, chunk.v_vals, chunk.v_meta
     scale = _ref._scale(sm_scale, q)
     kernel = get_kernel(h_q, h_kv, d, _DTYPES[q.dtype], k_mode, v_mode, ck_mode, cv_mode,
-                        rows or ROWS, threads or THREADS, STAGES if stages is None else stages, p_major or P_MAJOR)
+                        rows or ROWS, threads or THREADS, STAGES if stages is None else stages, p_major or P_MAJOR,
+                        softmax or SOFTMAX)
     out = torch.empty_like(q) if out is None else out
     lse = torch.empty((t, h_q), dtype=torch.float32, device=dev) if lse is None else lse
     params = torch.tensor([prefix_len, 0], dtype=torch.int32, device=dev)

@@ -3,7 +3,8 @@
 Fresh random inputs every run; out and lse are poisoned with NaN before each launch and checked
 fully written; the rows past the prefix in its last block are NaN in the pools (they must be
 ignored); every compiled mode (dense / sparse / mixed prefix, dense / compressed chunk) and every
-shipped tile shape (128 rows x 128 threads; 64 rows; 256 threads; P^T K-major) is covered.
+shipped tile shape (128 rows x 128 threads; 64 rows; 256 threads; P^T K-major) and both softmax forms
+(statistics per column owner, the default; on the GEMM fragment) are covered.
 """
 
 import pytest
@@ -40,6 +41,8 @@ CASES = [
     (32, 8, 128, torch.bfloat16, 600, 0, 0.0, 0.0, (1.0, 1.0), {"threads": 256}),
     (32, 8, 128, torch.bfloat16, 300, 500, 0.5, 0.5, None, {"p_major": "k"}),  # P^T stored K-major
     (32, 8, 128, torch.bfloat16, 600, 0, 0.0, 0.0, (1.0, 1.0), {"p_major": "k"}),
+    (32, 8, 128, torch.bfloat16, 300, 500, 0.5, 0.5, None, {"softmax": "warp"}),  # statistics on the GEMM fragment
+    (32, 8, 128, torch.bfloat16, 600, 0, 0.0, 0.0, (1.0, 1.0), {"softmax": "warp"}),
 ]
 
 
