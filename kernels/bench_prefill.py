@@ -263,7 +263,7 @@ def bench_question(prefix: int, t: int) -> None:
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--tokens", type=int, default=32768)
-    ap.add_argument("--variants", default="128:mn:128:column,128:k:128:column,128:mn:128:warp,128:k:256:column,64:k:128:column",
+    ap.add_argument("--variants", default="128:k:256:column,128:mn:256:column,128:mn:256:warp,64:k:128:column,128:k:128:column",
                     help="rows:p_major:threads:softmax list (p_major mn or k; softmax column or warp)")
     ap.add_argument("--chunk", type=int, default=8192, help="Triton rows: chunked-prefill chunk (a multiple of 64)")
     ap.add_argument("--triton-configs", default="128:8:3,128:8:2,64:4:3", help="block_m:num_warps:num_stages[:chunk_n] list")

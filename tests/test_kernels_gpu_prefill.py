@@ -3,7 +3,7 @@
 Fresh random inputs every run; out and lse are poisoned with NaN before each launch and checked
 fully written; the rows past the prefix in its last block are NaN in the pools (they must be
 ignored); every compiled mode (dense / sparse / mixed prefix, dense / compressed chunk) and every
-shipped tile shape (128 rows x 128 threads; 64 rows; 256 threads; P^T K-major) and both softmax forms
+shipped tile shape (128 rows x 256 threads; 64 rows; 128 threads; P^T token-major) and both softmax forms
 (statistics per column owner, the default; on the GEMM fragment) are covered.
 """
 
@@ -37,10 +37,10 @@ CASES = [
     (32, 8, 128, torch.bfloat16, 384, 0, 0.0, 0.0, (0.0, 1.0), {}),           # chunk V sparse only
     (32, 8, 128, torch.bfloat16, 300, 500, 0.5, 0.5, None, {"rows": 64}),     # 64 rows per program
     (32, 8, 128, torch.bfloat16, 600, 0, 0.0, 0.0, (1.0, 1.0), {"rows": 64}),
-    (32, 8, 128, torch.bfloat16, 300, 500, 0.5, 0.5, None, {"threads": 256}),  # two warpgroups
-    (32, 8, 128, torch.bfloat16, 600, 0, 0.0, 0.0, (1.0, 1.0), {"threads": 256}),
-    (32, 8, 128, torch.bfloat16, 300, 500, 0.5, 0.5, None, {"p_major": "k"}),  # P^T stored K-major
-    (32, 8, 128, torch.bfloat16, 600, 0, 0.0, 0.0, (1.0, 1.0), {"p_major": "k"}),
+    (32, 8, 128, torch.bfloat16, 300, 500, 0.5, 0.5, None, {"threads": 128}),  # one warpgroup
+    (32, 8, 128, torch.bfloat16, 600, 0, 0.0, 0.0, (1.0, 1.0), {"threads": 128}),
+    (32, 8, 128, torch.bfloat16, 300, 500, 0.5, 0.5, None, {"p_major": "mn"}),  # P^T stored token-major
+    (32, 8, 128, torch.bfloat16, 600, 0, 0.0, 0.0, (1.0, 1.0), {"p_major": "mn"}),
     (32, 8, 128, torch.bfloat16, 300, 500, 0.5, 0.5, None, {"softmax": "warp"}),  # statistics on the GEMM fragment
     (32, 8, 128, torch.bfloat16, 600, 0, 0.0, 0.0, (1.0, 1.0), {"softmax": "warp"}),
 ]
