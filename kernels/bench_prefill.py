@@ -208,10 +208,13 @@ def bench_triton(q, k, v, chunk: int, configs, add, ref_out) -> None:
     gen.manual_seed(0)
     empty = [BlockPool.allocate(op, D, 0, 0, q.dtype, q.device) for op in ("k", "v")]
     none = torch.zeros((H_KV, 0), dtype=torch.int32, device=q.device)
-    for block_m, warps, stages, *chunk_n in configs:
-        chunk_n = chunk_n[0] if chunk_n else 64
-        tag = f"[{block_m} rows, {warps} warps, {stages} stages{f', {chunk_n}-key chunk tiles' if chunk_n != 64 else ''}]"
-        opts = dict(block_m=block_m, num_warps=warps, num_stages=stages, chunk_n=chunk_n)
+    for block_m, warps, stages, *rest in configs:
+        chunk_n = rest[0] if rest else 64
+        heads = rest[1] if len(rest) > 1 else None
+        hg = gpu.prefill_tiles(t, H_Q, H_KV, block_m, heads)[0]
+        tag = (f"[{block_m} rows, {warps} warps, {stages} stages, {hg} heads per tile"
+               f"{f', {chunk_n}-key chunk tiles' if chunk_n != 64 else ''}]")
+        opts = dict(block_m=block_m, num_warps=warps, num_stages=stages, chunk_n=chunk_n, heads=heads)
         one = lambda: gpu.prefill_attention(q, k, v, *empty, none, none, 0, **opts)  # noqa: E731
         out, _ = one()
         err = ((out.float() - ref_out.float()).norm() / ref_out.float().norm()).item()
@@ -249,15 +252,19 @@ def bench_question(prefix: int, t: int) -> None:
     with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
         cudnn = timeit(lambda: sdpa(qb, kb, vb, enable_gqa=True), iters=20)
     print(f"\n{t}-token question after a {prefix}-token prefix ({H_Q}/{H_KV} heads, d {D}, bf16); cuDNN {cudnn:.3f} ms\n"
-          "| prefix S_K/S_V | splits | ms | vs cuDNN | vs unsplit |\n|---|---|---|---|---|", flush=True)
+          "| prefix S_K/S_V | heads per tile | splits | ms | vs cuDNN | vs 1 head, unsplit |\n|---|---|---|---|---|---|",
+          flush=True)
     for sk, sv in ((0, 0), (1, 1)):
         (k_pool, k_idx), (v_pool, v_idx) = _pools_at(pk, "k", sk, gen), _pools_at(pv, "v", sv, gen)
-        run = lambda n: lambda: gpu.triton_prefill(q, k, v, k_pool, v_pool, k_idx, v_idx, prefix, D ** -0.5,  # noqa: E731
-                                                    splits=n)
-        one = timeit(run(1), iters=20)
-        auto = gpu.prefill_split_plan(-(-t // 128) * H_Q, prefix // 64, q.device)[0]
-        for n, ms in ((1, one), (auto, timeit(run(None), iters=20))):
-            print(f"| {sk}/{sv} | {n} | {ms:.3f} | {cudnn / ms:.2f}x | {one / ms:.2f}x |", flush=True)
+        run = lambda h, n: lambda: gpu.triton_prefill(q, k, v, k_pool, v_pool, k_idx, v_idx, prefix,  # noqa: E731
+                                                       D ** -0.5, splits=n, heads=h)
+        one = timeit(run(1, 1), iters=20)
+        for heads in (1, None):
+            hg, tiles = gpu.prefill_tiles(t, H_Q, H_KV, 128, heads)
+            auto = gpu.prefill_split_plan(tiles * H_Q // hg, prefix // 64, q.device)[0]
+            for n in (1, auto):
+                ms = one if (heads, n) == (1, 1) else timeit(run(heads, n), iters=20)
+                print(f"| {sk}/{sv} | {hg} | {n} | {ms:.3f} | {cudnn / ms:.2f}x | {one / ms:.2f}x |", flush=True)
 
 
 def main(argv=None):
@@ -266,7 +273,7 @@ def main(argv=None):
     ap.add_argument("--variants", default="128:k:256:column,128:mn:256:column,128:mn:256:warp,64:k:128:column,128:k:128:column",
                     help="rows:p_major:threads:softmax list (p_major mn or k; softmax column or warp)")
     ap.add_argument("--chunk", type=int, default=8192, help="Triton rows: chunked-prefill chunk (a multiple of 64)")
-    ap.add_argument("--triton-configs", default="128:8:3,128:8:2,64:4:3", help="block_m:num_warps:num_stages[:chunk_n] list")
+    ap.add_argument("--triton-configs", default="128:8:3,128:8:2,64:4:3", help="block_m:num_warps:num_stages[:chunk_n[:heads]] list (heads per tile: default the widest)")
     ap.add_argument("--no-tilelang", action="store_true", help="skip the TileLang rows (and compression)")
     ap.add_argument("--question", type=int, default=64, help="also time a question of this many tokens after a "
                     "--tokens prefix (0: skip)")

@@ -219,17 +219,18 @@ def prefill_supported(q: torch.Tensor, k: torch.Tensor, k_pool: BlockPool, v_poo
 def prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                       k_pool: BlockPool, v_pool: BlockPool, k_index: torch.Tensor, v_index: torch.Tensor,
                       prefix_len: int, sm_scale: float | None = None, block_m: int = 128, num_warps: int = 8,
-                      num_stages: int = 3, select: bool = False, chunk_n: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
+                      num_stages: int = 3, select: bool = False, chunk_n: int = 64,
+                      heads: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """``hs_kernels.attention.prefill_attention`` on the Triton kernel (``triton_prefill``) where
     supported (CUDA float16/bfloat16, head_dim 64/128/256), else the reference. ``block_m`` (query
-    rows per program, 64 or 128), ``num_warps``, ``num_stages``, ``select`` and ``chunk_n`` are launch options
+    rows per program, 64 or 128), ``num_warps``, ``num_stages``, ``select``, ``chunk_n`` and ``heads`` are launch options
     (``triton_prefill``); the defaults are the fastest measured on the H200 (kernels/BENCHMARKS.md).
     No bounds check of the used index entries against the pools on the GPU path (the reference raises)."""
     if not prefill_supported(q, k, k_pool, v_pool):
         return _ref.prefill_attention(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len, sm_scale)
     _ref._check_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len)
     return triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len, _ref._scale(sm_scale, q),
-                          block_m, num_warps, num_stages, select, chunk_n=chunk_n)
+                          block_m, num_warps, num_stages, select, chunk_n=chunk_n, heads=heads)
 
 
 def _entry_kinds(k_index: torch.Tensor, v_index: torch.Tensor, used: int) -> tuple[int, int]:
@@ -243,16 +244,31 @@ def _entry_kinds(k_index: torch.Tensor, v_index: torch.Tensor, used: int) -> tup
     return DENSE * has[0] | SPARSE * has[1], DENSE * has[2] | SPARSE * has[3]
 
 
+def prefill_tiles(t: int, h_q: int, h_kv: int, block_m: int = 128, heads: int | None = None) -> tuple[int, int]:
+    """``(heads per tile, query tiles)`` of the Triton prefill; the grid is ``(tiles, h_q / heads,
+    splits)``. Default heads: the largest power of two dividing the GQA group that leaves at least 16
+    query tokens per tile."""
+    group = h_q // h_kv
+    if heads is None:
+        heads = 1
+        while group % (2 * heads) == 0 and block_m // (2 * heads) >= 16:
+            heads *= 2
+    if group % heads or heads & (heads - 1) or block_m % heads:
+        raise ValueError(f"heads must be a power of two dividing the GQA group ({group}) and block_m, got {heads}")
+    return heads, -(-t // (block_m // heads))
+
+
 def triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len: int, scale: float,
                    block_m: int = 128, num_warps: int = 8, num_stages: int = 3, select: bool = False,
-                   out=None, lse=None, splits: int | None = None, chunk_n: int = 64):
+                   out=None, lse=None, splits: int | None = None, chunk_n: int = 64, heads: int | None = None):
     """Launch the Triton prefill on checked inputs (also under Triton's CPU interpreter, as
     ``triton_decode``). The kernel variant follows the prefix's entries: all dense, all sparse or
     mixed (``select``: the mixed variant picks a block's copy by a select, not a branch).
     ``out [T, H_q, D]`` / ``lse [T, H_q]`` float32: optional output buffers (tests pass poisoned
     ones to see that every element is written). ``splits``: prefix splits, merged by
     ``combine_kernel`` (default ``prefill_splits``; at most one per full prefix block). ``chunk_n``:
-    keys per tile of the chunk's own keys (64 or 128, at most ``block_m``)."""
+    keys per tile of the chunk's own keys (64 or 128, at most ``block_m``). ``heads``: query heads of
+    one KV group per tile (``prefill_tiles``)."""
     from . import triton_prefill as tp
     from .triton_blocks import LOG2E
 
@@ -261,21 +277,21 @@ def triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len: int, s
 
     t, h_q, d = q.shape
     h_kv = k_index.shape[0]
+    hg, tiles = prefill_tiles(t, h_q, h_kv, block_m, heads)
     out = torch.empty_like(q) if out is None else out
     lse = torch.empty(t, h_q, dtype=torch.float32, device=q.device) if lse is None else lse
     k_mode, v_mode = _entry_kinds(k_index, v_index, -(-prefix_len // BLOCK_SIZE))
-    tiles = -(-t // block_m)
-    splits, per_split = prefill_split_plan(tiles * h_q, prefix_len // BLOCK_SIZE, q.device, splits)
+    splits, per_split = prefill_split_plan(tiles * h_q // hg, prefix_len // BLOCK_SIZE, q.device, splits)
     part_out, part_lse = (out, lse) if splits == 1 else (
         torch.empty(t, h_q, splits, d, dtype=torch.float32, device=q.device),
         torch.empty(t, h_q, splits, dtype=torch.float32, device=q.device))
     k_index, v_index = _with_column(k_index), _with_column(v_index)
-    tp.prefill_kernel[(tiles, h_q, splits)](
+    tp.prefill_kernel[(tiles, h_q // hg, splits)](
         q.contiguous(), k.contiguous(), v.contiguous(),
         _nonempty(k_pool.dense), _nonempty(k_pool.values), _nonempty(k_pool.meta),
         _nonempty(v_pool.dense), _nonempty(v_pool.values), _nonempty(v_pool.meta),
         k_index, v_index, part_out, part_lse, scale * LOG2E, t, prefix_len, k_index.shape[1], per_split,
-        H_KV=h_kv, G=h_q // h_kv, D=d, BLOCK_M=block_m, K_MODE=k_mode, V_MODE=v_mode,
+        H_KV=h_kv, G=h_q // h_kv, D=d, BLOCK_M=block_m, HG=hg, K_MODE=k_mode, V_MODE=v_mode,
         PRMT=q.is_cuda, SELECT=select, SPLIT=splits > 1, CHUNK_N=chunk_n, num_warps=num_warps, num_stages=num_stages)
     if splits > 1:
         _merge_splits(part_out, part_lse, out, lse)

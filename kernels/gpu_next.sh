@@ -14,7 +14,7 @@ decode)
     python -m pytest -q -p no:cacheprovider tests/test_kernels_gpu_decode.py tests/test_kernels_gpu_triton_prefill.py \
         tests/test_kernels_gpu_triton_stream.py tests/test_kernels_gpu_compress.py 2>&1 | tee "$log/tests.log" | tail -5
     python -m hs_kernels.bench_gpu --decode-only 2>&1 | tee "$log/bench_decode.log" | tail -30
-    python -m hs_kernels.bench_prefill --no-tilelang --triton-configs 128:8:3,128:8:3:128,128:8:2:128 2>&1 \
+    python -m hs_kernels.bench_prefill --no-tilelang --triton-configs 128:8:3:64:1,128:8:3,128:8:3:128,128:8:2:128 2>&1 \
         | tee "$log/bench_prefill.log" | tail -24 ;;
 tl)
     python -m hs_kernels.bench_prefill --prebuild 2>&1 | grep -v "TileLang:" | tee "$log/prebuild.log" | grep -c "^built"

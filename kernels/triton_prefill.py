@@ -2,12 +2,15 @@
 plus the chunk itself, causal.
 
 Same semantics as ``hs_kernels.attention.prefill_attention`` (the oracle). Program ``(query tile,
-query head)``, heavy (late) tiles first; online softmax in base 2 over three key loops:
+head group)``, heavy (late) tiles first: a tile's ``BLOCK_M`` rows are ``BLOCK_M / HG`` consecutive
+query tokens x ``HG`` query heads of one KV group (row ``r``: token ``r // HG``, head ``r % HG``), so
+the heads of a group share every K/V tile loaded and a short chunk does not leave rows empty.
+Online softmax in base 2 over three key loops:
   * the prefix blocks through the index maps (each entry's dense or sparse copy, as in decode:
     both issued, masked by the entry's sign, so no load sits in a branch; sparse blocks unpacked
     in registers), keys past ``prefix_len`` masked and their V rows read as zeros;
-  * the chunk's key tiles (``CHUNK_N`` keys) strictly below the diagonal (no mask);
-  * the diagonal tiles (causal mask).
+  * the chunk's key tiles (``CHUNK_N`` keys) wholly below the tile's first token (no mask);
+  * the rest up to its last token (causal mask).
 The chunk's own keys come dense from ``k``/``v`` (the serving backend passes them already pruned).
 With ``SPLIT`` the prefix blocks are divided among the programs of grid axis 2 (``per_split``
 blocks each; the last one also takes the partial block and the chunk) and each writes its
@@ -66,19 +69,21 @@ def _prefix_block(q, m_i, l_i, acc, scale_log2, j, live, k_dense, k_vals, k_meta
 @triton.jit(do_not_specialize=["t_len", "prefix_len", "nb", "per_split"])  # one compile per variant, not per length
 def prefill_kernel(q_ptr, k_ptr, v_ptr, k_dense, k_vals, k_meta, v_dense, v_vals, v_meta, k_index, v_index,
                    out_ptr, lse_ptr, scale_log2, t_len, prefix_len, nb, per_split,
-                   H_KV: tl.constexpr, G: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr,
+                   H_KV: tl.constexpr, G: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, HG: tl.constexpr,
                    K_MODE: tl.constexpr, V_MODE: tl.constexpr, PRMT: tl.constexpr, SELECT: tl.constexpr,
                    SPLIT: tl.constexpr, CHUNK_N: tl.constexpr):
     mx = tl.num_programs(0) - 1 - tl.program_id(0)
-    hq = tl.program_id(1)
     sp = tl.program_id(2)
     last = sp == tl.num_programs(2) - 1
-    hk = hq // G
+    hk = tl.program_id(1) * HG // G
     h_q = H_KV * G
-    rows = mx * BLOCK_M + tl.arange(0, BLOCK_M)  # query index in the chunk
+    r = tl.arange(0, BLOCK_M)
+    rows = mx * (BLOCK_M // HG) + r // HG  # query token of each row, in the chunk
+    heads = tl.program_id(1) * HG + r % HG
     cols = tl.arange(0, D)
     tok = tl.arange(0, BS)
-    q = tl.load(q_ptr + (rows[:, None].to(tl.int64) * h_q + hq) * D + cols[None, :], mask=(rows < t_len)[:, None], other=0.0)
+    q = tl.load(q_ptr + (rows[:, None].to(tl.int64) * h_q + heads[:, None]) * D + cols[None, :],
+                mask=(rows < t_len)[:, None], other=0.0)
 
     m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
     l_i = tl.zeros((BLOCK_M,), tl.float32)
@@ -108,17 +113,17 @@ def prefill_kernel(q_ptr, k_ptr, v_ptr, k_dense, k_vals, k_meta, v_dense, v_vals
                                           v_vals, v_meta, k_index, v_index, index_row, dense_off, dense_t_off, kv_off,
                                           km_off, vv_off, vm_off, D, K_MODE, V_MODE, PRMT, SELECT, True)
 
-        # the chunk: tiles wholly below this query tile's first row, then the diagonal ones
-        # (CHUNK_N keys per tile, dividing BLOCK_M: the unmasked tiles end exactly at the diagonal)
+        # the chunk: key tiles wholly below this query tile's first token, then the rest up to its last
         row_stride = H_KV * D
         ctok = tl.arange(0, CHUNK_N)
         chunk_off = ctok[:, None].to(tl.int64) * row_stride + hk * D + cols[None, :]
-        diag = mx * BLOCK_M
-        for c0 in range(0, diag, CHUNK_N):
+        first = mx * (BLOCK_M // HG)
+        below = first // CHUNK_N * CHUNK_N
+        for c0 in range(0, below, CHUNK_N):
             k = tl.load(k_ptr + c0 * row_stride + chunk_off)
             v = tl.load(v_ptr + c0 * row_stride + chunk_off)
             m_i, l_i, acc = _softmax_step(q, k, v, m_i, l_i, acc, scale_log2, True, False)
-        for c0 in range(diag, tl.minimum(diag + BLOCK_M, t_len), CHUNK_N):
+        for c0 in range(below, tl.minimum(first + BLOCK_M // HG, t_len), CHUNK_N):
             keys = c0 + ctok
             inside = (keys < t_len)[:, None]
             k = tl.load(k_ptr + c0 * row_stride + chunk_off, mask=inside, other=0.0)
@@ -128,7 +133,7 @@ def prefill_kernel(q_ptr, k_ptr, v_ptr, k_dense, k_vals, k_meta, v_dense, v_vals
 
     out = acc / l_i[:, None]
     valid = rows < t_len
-    row = rows.to(tl.int64) * h_q + hq
+    row = rows.to(tl.int64) * h_q + heads
     if SPLIT:  # partials [T * H_q, splits, D] / [T * H_q, splits]
         row = row * tl.num_programs(2) + sp
     tl.store(out_ptr + row[:, None] * D + cols[None, :], out.to(out_ptr.dtype.element_ty), mask=valid[:, None])

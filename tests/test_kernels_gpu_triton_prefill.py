@@ -5,8 +5,8 @@ Fresh random inputs every run; the rows past the prefix in its last block are Na
 (they must be ignored); out and lse are poisoned with NaN before each launch and checked fully
 written; every pool path
 (dense / sparse / mixed), tile (64 / 128 rows, 4 / 8 warps), head_dim 64 / 128 / 256 and the GQA
-ratios 1 / 4 / 7 / 8, with the prmt form of the 2:4 unpack and bfloat16; the prefix split among
-programs (auto for a short chunk after a long prefix, and forced counts).
+ratios 1 / 4 / 7 / 8, 1 / 2 / 4 / 8 query heads per tile, with the prmt form of the 2:4 unpack and
+bfloat16; the prefix split among programs (auto for a short chunk after a long prefix, and forced counts).
 """
 
 import pytest
@@ -49,6 +49,10 @@ CASES = [
     (32, 8, 128, torch.bfloat16, 1000, 3000, 0.5, 0.5, {"chunk_n": 128}),  # 128-key chunk tiles
     (32, 8, 128, torch.float16, 300, 0, 0.0, 0.0, {"chunk_n": 128, "num_stages": 2}),
     (16, 2, 64, torch.bfloat16, 257, 640, 1.0, 1.0, {"chunk_n": 128}),
+    (32, 8, 128, torch.bfloat16, 300, 500, 0.5, 0.5, {"heads": 1}),       # one query head per tile
+    (32, 8, 128, torch.bfloat16, 64, 32768, 1.0, 1.0, {"heads": 1}),
+    (16, 2, 64, torch.bfloat16, 200, 130, 0.5, 0.5, {"heads": 2, "chunk_n": 128}),
+    (32, 4, 128, torch.bfloat16, 97, 700, 0.5, 0.5, {}),                  # 8 heads x 16 tokens per tile
 ]
 
 

@@ -4,7 +4,7 @@ As test_kernels_triton_decode.py: the kernel's own indexing, masking (partial la
 causal diagonal, chunk tail), 2:4 unpacking and online softmax run on CPU tensors on every pool
 path (dense / sparse / mixed, single-kind pools), tiles of 64 and 128 rows, d 64 / 128 / 256, in
 float16 with the select form of the unpack (the prmt form and bfloat16: test_kernels_gpu_triton_prefill.py), branch and select forms of the
-mixed variant, chunk key tiles of 64 and 128, and the prefix split among programs (partials merged by log-sum-exp), including
+mixed variant, chunk key tiles of 64 and 128, 1 / 2 / 4 / 8 query heads per tile, and the prefix split among programs (partials merged by log-sum-exp), including
 more splits asked for than there are full blocks. Tokens past the prefix in its last block are NaN
 in the pools, dense or compressed: the kernel must not let them through.
 """
@@ -15,19 +15,22 @@ from kv_cases import interpret
 pytest.importorskip("triton")
 
 CASES = [
-    # t, h_q, h_kv, d, prefix_len, p_k, p_v, block_m, select, splits, chunk_n
-    (130, 8, 2, 64, 0, 0.0, 0.0, 64, False, None, 64),
-    (100, 8, 2, 128, 300, 0.5, 0.5, 64, False, None, 64),
-    (70, 4, 1, 64, 250, 1.0, 1.0, 128, False, None, 64),
-    (64, 8, 8, 64, 129, 1.0, 0.0, 64, False, None, 64),
-    (33, 16, 2, 256, 64, 0.0, 1.0, 64, False, None, 64),
-    (257, 4, 2, 64, 640, 0.3, 0.7, 128, False, None, 64),
-    (90, 8, 2, 64, 333, 0.5, 0.5, 64, True, None, 64),
-    (64, 8, 2, 64, 1000, 0.5, 0.5, 64, False, 4, 64),
-    (100, 4, 1, 128, 704, 1.0, 0.0, 128, False, 3, 64),
-    (40, 8, 2, 64, 130, 0.0, 1.0, 64, False, 8, 64),
-    (300, 8, 2, 64, 200, 0.5, 0.5, 128, False, None, 128),
-    (257, 4, 1, 128, 0, 0.0, 0.0, 128, False, None, 128),
+    # t, h_q, h_kv, d, prefix_len, p_k, p_v, block_m, select, splits, chunk_n, heads per tile (None: widest)
+    (130, 8, 2, 64, 0, 0.0, 0.0, 64, False, None, 64, None),
+    (100, 8, 2, 128, 300, 0.5, 0.5, 64, False, None, 64, None),
+    (70, 4, 1, 64, 250, 1.0, 1.0, 128, False, None, 64, None),
+    (64, 8, 8, 64, 129, 1.0, 0.0, 64, False, None, 64, None),
+    (33, 16, 2, 256, 64, 0.0, 1.0, 64, False, None, 64, None),
+    (257, 4, 2, 64, 640, 0.3, 0.7, 128, False, None, 64, None),
+    (90, 8, 2, 64, 333, 0.5, 0.5, 64, True, None, 64, None),
+    (64, 8, 2, 64, 1000, 0.5, 0.5, 64, False, 4, 64, None),
+    (100, 4, 1, 128, 704, 1.0, 0.0, 128, False, 3, 64, None),
+    (40, 8, 2, 64, 130, 0.0, 1.0, 64, False, 8, 64, None),
+    (300, 8, 2, 64, 200, 0.5, 0.5, 128, False, None, 128, None),
+    (257, 4, 1, 128, 0, 0.0, 0.0, 128, False, None, 128, None),
+    (150, 8, 2, 64, 200, 0.5, 0.5, 64, False, None, 64, 1),   # one head per tile
+    (200, 8, 1, 64, 130, 0.5, 0.5, 128, False, 2, 128, 2),    # 2 of a group of 8 heads, 64 tokens per tile
+    (97, 16, 2, 64, 64, 0.0, 0.0, 128, False, None, 64, None),  # 8 heads, 16 tokens per tile
 ]
 
 SCRIPT = r"""
@@ -37,7 +40,7 @@ from kv_cases import make_case, rel_err
 from hs_kernels import attention as ref, gpu
 
 results = []
-for t, h_q, h_kv, d, prefix, p_k, p_v, block_m, select, splits, chunk_n in json.loads(sys.argv[2]):
+for t, h_q, h_kv, d, prefix, p_k, p_v, block_m, select, splits, chunk_n, heads in json.loads(sys.argv[2]):
     gen = torch.Generator().manual_seed(len(results))
     k_pool, v_pool, k_index, v_index, _ = make_case(1, h_kv, d, [prefix], p_k, p_v, torch.float16, gen, "cpu")
     k_index, v_index = k_index[0], v_index[0]
@@ -55,7 +58,7 @@ for t, h_q, h_kv, d, prefix, p_k, p_v, block_m, select, splits, chunk_n in json.
     k = torch.randn(t, h_kv, d, generator=gen).half()
     v = torch.randn(t, h_kv, d, generator=gen).half()
     out, lse = gpu.triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix, 0.09, block_m, 4, 1, select,
-                                  splits=splits, chunk_n=chunk_n)
+                                  splits=splits, chunk_n=chunk_n, heads=heads)
     r_out, r_lse = ref.prefill_attention(q, k, v, k_pool, v_pool, k_index, v_index, prefix, 0.09)
     results.append({"rel_err": rel_err(out, r_out), "lse_err": (lse - r_lse).abs().max().item(),
                     "nan": bool(out.isnan().any() or lse.isnan().any()),
