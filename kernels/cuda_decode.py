@@ -4,6 +4,8 @@ The source is compiled with the machine's ``nvcc`` for the GPU's architecture on
 ``$HS_KERNELS_CACHE`` (default ``~/.cache/hs_kernels``) under a name that hashes the source and the
 architecture (written to a temporary name, then renamed: concurrent builds never load half a file), and
 loaded with ctypes. ``available()`` is False without nvcc or on a GPU older than sm_80 (no mma.sp).
+``$HS_CUDA_DECODE_SOURCE`` names another source to build instead (a candidate version, benchmarked
+against the shipped one in the same device call).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-SOURCE = Path(__file__).with_name("cuda") / "decode_sp.cu"
+SOURCE = Path(os.environ.get("HS_CUDA_DECODE_SOURCE") or Path(__file__).with_name("cuda") / "decode_sp.cu")
 HEAD_DIMS = (64, 128)
 MAX_GROUP = 8  # query heads per KV group: the 8 columns of one mma tile
 _ERR_UNSUPPORTED = 1000

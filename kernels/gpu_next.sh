@@ -14,6 +14,12 @@ decode)
     python -m pytest -q -p no:cacheprovider tests/test_kernels_gpu_decode.py tests/test_kernels_gpu_triton_prefill.py \
         tests/test_kernels_gpu_triton_stream.py tests/test_kernels_gpu_compress.py 2>&1 | tee "$log/tests.log" | tail -5
     python -m hs_kernels.bench_gpu --decode-only 2>&1 | tee "$log/bench_decode.log" | tail -30
+    # the previous CUDA decode version, if written next to it before the call (untracked files travel):
+    #   git show 41439eb:kernels/cuda/decode_sp.cu > kernels/cuda/decode_sp_v2.cu
+    if [ -f kernels/cuda/decode_sp_v2.cu ]; then
+        HS_CUDA_DECODE_SOURCE=$PWD/kernels/cuda/decode_sp_v2.cu python -m hs_kernels.bench_gpu --decode-only 2>&1 \
+            | tee "$log/bench_decode_v2.log" | grep -i cuda | tail -12
+    fi
     python -m hs_kernels.bench_prefill --no-tilelang --triton-configs 128:8:3:64:1,128:8:3,128:8:3:128,128:8:2:128 2>&1 \
         | tee "$log/bench_prefill.log" | tail -24 ;;
 tl)

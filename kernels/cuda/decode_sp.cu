@@ -11,8 +11,10 @@
 // the B-operand layout of the second GEMM, so P never leaves registers. mma.sp's metadata comes in
 // pairs of lanes: lane 4g holds bits 0-15 of rows g and g + 8's 32-bit word of the k32 chunk, lane
 // 4g + 1 bits 16-31 (measured: kernels/probes/mma_sp_layout.cu). Dense blocks (sink, window, the
-// partial last block) take mma m16n8k16; dense V is read transposed by 16-bit loads (slow, but only
-// a few blocks per sequence are dense once compressed).
+// partial last block) take mma m16n8k16 with 16-byte loads: each lane reads 8 consecutive head_dim
+// elements of a token, so the reduction index of a K chunk is a permutation of head_dim (Q^T is read
+// with the same one), and dense V's 8 x 8 pieces are transposed by movmatrix with the rows of O^T a
+// permutation of head_dim (`o_dim`; sparse V^T rows follow it, the output store undoes it).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -78,6 +80,13 @@ __device__ __forceinline__ uint32_t meta_reg(uint32_t lo, uint32_t hi, int t) {
     return prmt(lo, hi, (t & 1) ? 0x7632 : 0x5410);
 }
 
+__device__ __forceinline__ uint32_t word(const uint4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
+
+// head_dim element held by row g (< 8) of O^T tile mi; row g + 8 holds o_dim + 2. With lane (g, t) reading
+// elements 32s + 8t .. + 7 of a dense V row, word w of that read is column t of the 8 x 8 piece w of the
+// 32-element span s: movmatrix makes it row g of piece w, tiles 2s (pieces 0, 1) and 2s + 1 (pieces 2, 3).
+__device__ __forceinline__ int o_dim(int mi, int g) { return 32 * (mi >> 1) + 8 * (g >> 1) + 4 * (mi & 1) + (g & 1); }
+
 __device__ __forceinline__ float warp_max(float x) {
     for (int o = 4; o < 32; o <<= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
     return x;
@@ -107,12 +116,15 @@ __global__ void __launch_bounds__(32) decode_sp_kernel(
     const int start = split * per, stop = min(start + per, n_blocks);
     const int h_q = h_kv * group;
 
-    uint32_t qb[KC][4];  // Q^T as B operand: k = 32c + 8i + 2t (+1), n = head g of the group
+    uint32_t qb[KC][4];  // Q^T as mma.sp's B operand: k = 32c + 8i + 2t (+1), n = head g of the group
+    uint4 qd[KC];        // Q^T as the dense B operand: elements 32s + 8t .. + 7 (the dense K chunks' order)
     const uint32_t* q32 = reinterpret_cast<const uint32_t*>(q + ((size_t)b * h_q + kv * group + g) * D);
     #pragma unroll
-    for (int c = 0; c < KC; c++)
+    for (int c = 0; c < KC; c++) {
         #pragma unroll
         for (int i = 0; i < 4; i++) qb[c][i] = g < group ? q32[(32 * c + 8 * i + 2 * t) / 2] : 0u;
+        qd[c] = g < group ? reinterpret_cast<const uint4*>(q32)[(32 * c + 8 * t) / 8] : make_uint4(0, 0, 0, 0);
+    }
 
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};  // heads 2t, 2t + 1 (l: this lane's tokens)
     float o[MI][4];
@@ -138,7 +150,7 @@ __global__ void __launch_bounds__(32) decode_sp_kernel(
             const uint32_t* vm = v_meta + (size_t)(-ve - 1) * (D * BS / 32);
             #pragma unroll
             for (int mi = 0; mi < MI; mi++) {
-                const int r0 = 16 * mi + g, r1 = r0 + 8;
+                const int r0 = o_dim(mi, g), r1 = r0 + 2;
                 #pragma unroll
                 for (int kc = 0; kc < 2; kc++) {
                     va[mi][kc][0] = vv[r0 * 16 + 8 * kc + t];
@@ -168,15 +180,19 @@ __global__ void __launch_bounds__(32) decode_sp_kernel(
                 }
             }
         } else {
-            const uint32_t* kd = reinterpret_cast<const uint32_t*>(k_dense + (size_t)ke * BS * D);
+            // the 16-byte read of span c gives two k16 chunks: words 0, 1 and words 2, 3 (k = 2t, 2t + 8 of each)
+            const uint4* kd = reinterpret_cast<const uint4*>(k_dense + (size_t)ke * BS * D);
             #pragma unroll
             for (int mt = 0; mt < 4; mt++) {
                 const int r0 = 16 * mt + g, r1 = r0 + 8;
                 #pragma unroll
-                for (int kc = 0; kc < D / 16; kc++) {
-                    const uint32_t a[4] = {kd[r0 * (D / 2) + 8 * kc + t], kd[r1 * (D / 2) + 8 * kc + t],
-                                           kd[r0 * (D / 2) + 8 * kc + 4 + t], kd[r1 * (D / 2) + 8 * kc + 4 + t]};
-                    mma<BF16>(s[mt], a, qb[kc / 2][2 * (kc % 2)], qb[kc / 2][2 * (kc % 2) + 1]);
+                for (int c = 0; c < KC; c++) {
+                    const uint4 x0 = kd[(r0 * D + 32 * c + 8 * t) / 8], x1 = kd[(r1 * D + 32 * c + 8 * t) / 8];
+                    #pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        const uint32_t a[4] = {word(x0, 2 * h), word(x1, 2 * h), word(x0, 2 * h + 1), word(x1, 2 * h + 1)};
+                        mma<BF16>(s[mt], a, word(qd[c], 2 * h), word(qd[c], 2 * h + 1));
+                    }
                 }
             }
         }
@@ -225,24 +241,26 @@ __global__ void __launch_bounds__(32) decode_sp_kernel(
                     mma_sp<BF16>(o[mi], va[mi][kc], bb, ve_meta[mi][kc]);
                 }
         } else {
-            // token-major V read as V^T, 16 bits at a time; rows past the sequence end may be stale: zeros
-            const uint16_t* vd = v_dense + (size_t)ve * BS * D;
+            // token-major V, 16 bytes per lane and token, transposed per 8 x 8 piece (o_dim); rows past the
+            // sequence end may be stale: zeros
+            const uint4* vd = reinterpret_cast<const uint4*>(v_dense + (size_t)ve * BS * D);
             #pragma unroll
-            for (int mi = 0; mi < MI; mi++) {
-                const int r0 = 16 * mi + g, r1 = r0 + 8;
+            for (int kt = 0; kt < 4; kt++)
                 #pragma unroll
-                for (int kt = 0; kt < 4; kt++) {
-                    uint32_t a[4];
+                for (int c = 0; c < KC; c++) {
+                    uint4 x[2];  // tokens 16kt + g and 16kt + 8 + g
                     #pragma unroll
-                    for (int i = 0; i < 4; i++) {
-                        const int tok = 16 * kt + 2 * t + (i >= 2 ? 8 : 0), dim = (i & 1) ? r1 : r0;
-                        const uint32_t lo = tok < valid ? vd[tok * D + dim] : 0u;
-                        const uint32_t hi = tok + 1 < valid ? vd[(tok + 1) * D + dim] : 0u;
-                        a[i] = lo | hi << 16;
+                    for (int half = 0; half < 2; half++) {
+                        const int tok = 16 * kt + 8 * half + g;
+                        x[half] = tok < valid ? vd[(tok * D + 32 * c + 8 * t) / 8] : make_uint4(0, 0, 0, 0);
                     }
-                    mma<BF16>(o[mi], a, pt[2 * kt], pt[2 * kt + 1]);
+                    #pragma unroll
+                    for (int p = 0; p < 2; p++) {
+                        const uint32_t a[4] = {transpose8x8(word(x[0], 2 * p)), transpose8x8(word(x[0], 2 * p + 1)),
+                                               transpose8x8(word(x[1], 2 * p)), transpose8x8(word(x[1], 2 * p + 1))};
+                        mma<BF16>(o[2 * c + p], a, pt[2 * kt], pt[2 * kt + 1]);
+                    }
                 }
-            }
         }
     }
 
@@ -255,8 +273,8 @@ __global__ void __launch_bounds__(32) decode_sp_kernel(
         const float inv = total > 0.f ? 1.f / total : 0.f;
         #pragma unroll
         for (int mi = 0; mi < MI; mi++) {
-            o_part[part * D + 16 * mi + g] = o[mi][h] * inv;
-            o_part[part * D + 16 * mi + g + 8] = o[mi][2 + h] * inv;
+            o_part[part * D + o_dim(mi, g)] = o[mi][h] * inv;
+            o_part[part * D + o_dim(mi, g) + 2] = o[mi][2 + h] * inv;
         }
         if (g == 0) lse_part[part] = total > 0.f ? (m[h] + log2f(total)) * 0.6931471805599453f : -INFINITY;
     }
