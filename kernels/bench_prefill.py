@@ -219,18 +219,20 @@ def bench_triton(q, k, v, chunk: int, configs, add, ref_out) -> None:
         out, _ = one()
         err = ((out.float() - ref_out.float()).norm() / ref_out.float().norm()).item()
         add(f"Triton one shot, dense {tag}", timeit(one), f"rel.err vs cuDNN {err:.1e}")
-        for (sk, sv), select in (*((s, False) for s in BENCH_S), ((0.5, 0.5), True)):
+        runs = [(s, False, False) for s in BENCH_S] + [((0.5, 0.5), True, False), ((1, 1), False, True),
+                                                         ((0, 1), False, True), ((0.5, 0.5), False, True)]
+        for (sk, sv), select, densify in runs:
             (k_pool, k_idx), (v_pool, v_idx) = _pools_at(k, "k", sk, gen), _pools_at(v, "v", sv, gen)
 
             def chunked():
                 for c0 in range(0, t, chunk):
                     c1 = min(t, c0 + chunk)
                     gpu.prefill_attention(q[c0:c1], k[c0:c1], v[c0:c1], k_pool, v_pool, k_idx[:, :c0 // 64],
-                                          v_idx[:, :c0 // 64], c0, **opts, select=select)
+                                          v_idx[:, :c0 // 64], c0, **opts, select=select, densify=densify)
 
             kinds = gpu._entry_kinds(k_idx, v_idx, k_idx.shape[1])
-            add(f"Triton chunked {chunk}, S_K={sk} S_V={sv}, kernel {kinds}{' select' if select else ''} {tag}",
-                timeit(chunked))
+            how = " select" if select else (" densified" if densify else "")
+            add(f"Triton chunked {chunk}, S_K={sk} S_V={sv}, kernel {kinds}{how} {tag}", timeit(chunked))
             del k_pool, v_pool
 
 

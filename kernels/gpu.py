@@ -220,17 +220,17 @@ def prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                       k_pool: BlockPool, v_pool: BlockPool, k_index: torch.Tensor, v_index: torch.Tensor,
                       prefix_len: int, sm_scale: float | None = None, block_m: int = 128, num_warps: int = 8,
                       num_stages: int = 3, select: bool = False, chunk_n: int = 64,
-                      heads: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                      heads: int | None = None, densify: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """``hs_kernels.attention.prefill_attention`` on the Triton kernel (``triton_prefill``) where
     supported (CUDA float16/bfloat16, head_dim 64/128/256), else the reference. ``block_m`` (query
-    rows per program, 64 or 128), ``num_warps``, ``num_stages``, ``select``, ``chunk_n`` and ``heads`` are launch options
+    rows per program, 64 or 128), ``num_warps``, ``num_stages``, ``select``, ``chunk_n``, ``heads`` and ``densify`` are launch options
     (``triton_prefill``); the defaults are the fastest measured on the H200 (kernels/BENCHMARKS.md).
     No bounds check of the used index entries against the pools on the GPU path (the reference raises)."""
     if not prefill_supported(q, k, k_pool, v_pool):
         return _ref.prefill_attention(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len, sm_scale)
     _ref._check_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len)
     return triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len, _ref._scale(sm_scale, q),
-                          block_m, num_warps, num_stages, select, chunk_n=chunk_n, heads=heads)
+                          block_m, num_warps, num_stages, select, chunk_n=chunk_n, heads=heads, densify=densify)
 
 
 def _entry_kinds(k_index: torch.Tensor, v_index: torch.Tensor, used: int) -> tuple[int, int]:
@@ -260,7 +260,8 @@ def prefill_tiles(t: int, h_q: int, h_kv: int, block_m: int = 128, heads: int | 
 
 def triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len: int, scale: float,
                    block_m: int = 128, num_warps: int = 8, num_stages: int = 3, select: bool = False,
-                   out=None, lse=None, splits: int | None = None, chunk_n: int = 64, heads: int | None = None):
+                   out=None, lse=None, splits: int | None = None, chunk_n: int = 64, heads: int | None = None,
+                   densify: bool = False):
     """Launch the Triton prefill on checked inputs (also under Triton's CPU interpreter, as
     ``triton_decode``). The kernel variant follows the prefix's entries: all dense, all sparse or
     mixed (``select``: the mixed variant picks a block's copy by a select, not a branch).
@@ -268,9 +269,11 @@ def triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len: int, s
     ones to see that every element is written). ``splits``: prefix splits, merged by
     ``combine_kernel`` (default ``prefill_splits``; at most one per full prefix block). ``chunk_n``:
     keys per tile of the chunk's own keys (64 or 128, at most ``block_m``). ``heads``: query heads of
-    one KV group per tile (``prefill_tiles``)."""
+    one KV group per tile (``prefill_tiles``). ``densify``: when the prefix has 2:4 blocks, copy its used
+    blocks into a dense scratch pool first (``triton_prefill.densify_kernel``; transient memory: the
+    prefix's K and V, dense) and run the dense variant on it."""
     from . import triton_prefill as tp
-    from .triton_blocks import LOG2E
+    from .triton_blocks import DENSE, LOG2E, SPARSE
 
     if chunk_n not in (64, 128) or chunk_n > block_m:
         raise ValueError(f"chunk_n must be 64 or 128 and at most block_m ({block_m}), got {chunk_n}")
@@ -280,7 +283,11 @@ def triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len: int, s
     hg, tiles = prefill_tiles(t, h_q, h_kv, block_m, heads)
     out = torch.empty_like(q) if out is None else out
     lse = torch.empty(t, h_q, dtype=torch.float32, device=q.device) if lse is None else lse
-    k_mode, v_mode = _entry_kinds(k_index, v_index, -(-prefix_len // BLOCK_SIZE))
+    used = -(-prefix_len // BLOCK_SIZE)
+    k_mode, v_mode = _entry_kinds(k_index, v_index, used)
+    if densify and (k_mode | v_mode) & SPARSE:
+        k_pool, v_pool, k_index, v_index = _densified(k_pool, v_pool, k_index, v_index, used, k_mode, v_mode, q.is_cuda)
+        k_mode = v_mode = DENSE
     splits, per_split = prefill_split_plan(tiles * h_q // hg, prefix_len // BLOCK_SIZE, q.device, splits)
     part_out, part_lse = (out, lse) if splits == 1 else (
         torch.empty(t, h_q, splits, d, dtype=torch.float32, device=q.device),
@@ -296,6 +303,29 @@ def triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len: int, s
     if splits > 1:
         _merge_splits(part_out, part_lse, out, lse)
     return out, lse
+
+
+def _densified(k_pool, v_pool, k_index, v_index, used: int, k_mode: int, v_mode: int, prmt: bool):
+    """Pools holding the first ``used`` blocks of every KV head dense, at slot ``h * used + j``, and
+    their index maps (``triton_prefill.densify_kernel``)."""
+    from . import triton_prefill as tp
+
+    h_kv = k_index.shape[0]
+    k_out = torch.empty(h_kv * used, BLOCK_SIZE, k_pool.head_dim, dtype=k_pool.dtype, device=k_pool.dense.device)
+    v_out = torch.empty_like(k_out)
+    tp.densify_kernel[(used, h_kv)](
+        _nonempty(k_pool.dense), _nonempty(k_pool.values), _nonempty(k_pool.meta),
+        _nonempty(v_pool.dense), _nonempty(v_pool.values), _nonempty(v_pool.meta),
+        k_index.contiguous(), v_index.contiguous(), k_out, v_out, k_index.shape[1], used,
+        D=k_pool.head_dim, K_MODE=k_mode, V_MODE=v_mode, PRMT=prmt, num_warps=4)
+    index = (torch.arange(h_kv, dtype=torch.int32, device=k_out.device)[:, None] * used
+             + torch.arange(used, dtype=torch.int32, device=k_out.device)[None, :])
+    pools = []
+    for operand, x in (("k", k_out), ("v", v_out)):
+        values_shape, meta_shape = sparse_shapes(operand, x.shape[-1])
+        pools.append(BlockPool(operand, x, x.new_empty((0, *values_shape)),
+                               torch.empty((0, *meta_shape), dtype=META_DTYPE, device=x.device)))
+    return pools[0], pools[1], index, index
 
 
 def streaming_supported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:

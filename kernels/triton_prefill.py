@@ -18,7 +18,9 @@ normalised partial output and log-sum-exp for ``triton_decode.combine_kernel``: 
 (a question after a cached prefix) then fills the GPU instead of walking the prefix in a few programs.
 ``K_MODE`` / ``V_MODE`` (1 dense, 2 sparse, 3 both) are chosen from the prefix's entries (the
 all-dense and all-sparse kernels read only one copy); ``SELECT`` picks, in mode 3, between the two
-copies with a select instead of a branch.
+copies with a select instead of a branch. ``densify_kernel`` copies the used prefix blocks of every
+KV head into a dense scratch pool once, so that a long chunk's programs read them dense instead of
+each unpacking every sparse block again.
 """
 
 import triton
@@ -138,3 +140,28 @@ def prefill_kernel(q_ptr, k_ptr, v_ptr, k_dense, k_vals, k_meta, v_dense, v_vals
         row = row * tl.num_programs(2) + sp
     tl.store(out_ptr + row[:, None] * D + cols[None, :], out.to(out_ptr.dtype.element_ty), mask=valid[:, None])
     tl.store(lse_ptr + row, (m_i + tl.log2(l_i)) * _LN2, mask=valid)
+
+
+@triton.jit
+def densify_kernel(k_dense, k_vals, k_meta, v_dense, v_vals, v_meta, k_index, v_index, k_out, v_out, nb, used,
+                   D: tl.constexpr, K_MODE: tl.constexpr, V_MODE: tl.constexpr, PRMT: tl.constexpr):
+    """Program ``(block j, KV head h)``: the blocks of entries ``k_index[h, j]`` / ``v_index[h, j]``,
+    token-major, into dense slot ``h * used + j`` of ``k_out`` / ``v_out`` (rows as stored, stale
+    ones included: the prefill masks them)."""
+    j = tl.program_id(0)
+    h = tl.program_id(1)
+    cols = tl.arange(0, D)
+    tok = tl.arange(0, BS)
+    dense_off = tok[:, None] * D + cols[None, :]
+    dst = (h * used + j).to(tl.int64) * (BS * D) + dense_off
+    dtype = k_out.dtype.element_ty
+    ke = tl.load(k_index + h.to(tl.int64) * nb + j)
+    ve = tl.load(v_index + h.to(tl.int64) * nb + j)
+    k = load_block(k_dense, k_vals.to(tl.pointer_type(tl.int32)), k_meta.to(tl.pointer_type(tl.int32)), ke, dense_off,
+                   tok[:, None] * (D // 4) + tl.arange(0, D // 4)[None, :],
+                   tok[:, None] * (D // 32) + tl.arange(0, D // 32)[None, :], True, BS, D, K_MODE, dtype, PRMT)
+    tl.store(k_out + dst, k)
+    v = load_block(v_dense, v_vals.to(tl.pointer_type(tl.int32)), v_meta.to(tl.pointer_type(tl.int32)), ve,
+                   tok[None, :] * D + cols[:, None], cols[:, None] * (BS // 4) + tl.arange(0, BS // 4)[None, :],
+                   cols[:, None] * (BS // 32) + tl.arange(0, BS // 32)[None, :], True, D, BS, V_MODE, dtype, PRMT)
+    tl.store(v_out + dst, tl.trans(v))

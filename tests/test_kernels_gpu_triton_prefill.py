@@ -5,7 +5,7 @@ Fresh random inputs every run; the rows past the prefix in its last block are Na
 (they must be ignored); out and lse are poisoned with NaN before each launch and checked fully
 written; every pool path
 (dense / sparse / mixed), tile (64 / 128 rows, 4 / 8 warps), head_dim 64 / 128 / 256 and the GQA
-ratios 1 / 4 / 7 / 8, 1 / 2 / 4 / 8 query heads per tile, with the prmt form of the 2:4 unpack and
+ratios 1 / 4 / 7 / 8, 1 / 2 / 4 / 8 query heads per tile, the prefix densified first, with the prmt form of the 2:4 unpack and
 bfloat16; the prefix split among programs (auto for a short chunk after a long prefix, and forced counts).
 """
 
@@ -53,6 +53,9 @@ CASES = [
     (32, 8, 128, torch.bfloat16, 64, 32768, 1.0, 1.0, {"heads": 1}),
     (16, 2, 64, torch.bfloat16, 200, 130, 0.5, 0.5, {"heads": 2, "chunk_n": 128}),
     (32, 4, 128, torch.bfloat16, 97, 700, 0.5, 0.5, {}),                  # 8 heads x 16 tokens per tile
+    (32, 8, 128, torch.bfloat16, 1000, 3000, 0.5, 0.5, {"densify": True}),  # prefix copied dense first
+    (32, 8, 128, torch.float16, 300, 640, 1.0, 1.0, {"densify": True}),
+    (16, 2, 64, torch.bfloat16, 77, 129, 0.0, 1.0, {"densify": True, "splits": 2}),
 ]
 
 

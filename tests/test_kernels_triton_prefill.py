@@ -4,7 +4,7 @@ As test_kernels_triton_decode.py: the kernel's own indexing, masking (partial la
 causal diagonal, chunk tail), 2:4 unpacking and online softmax run on CPU tensors on every pool
 path (dense / sparse / mixed, single-kind pools), tiles of 64 and 128 rows, d 64 / 128 / 256, in
 float16 with the select form of the unpack (the prmt form and bfloat16: test_kernels_gpu_triton_prefill.py), branch and select forms of the
-mixed variant, chunk key tiles of 64 and 128, 1 / 2 / 4 / 8 query heads per tile, and the prefix split among programs (partials merged by log-sum-exp), including
+mixed variant, chunk key tiles of 64 and 128, 1 / 2 / 4 / 8 query heads per tile, the prefix densified first, and the prefix split among programs (partials merged by log-sum-exp), including
 more splits asked for than there are full blocks. Tokens past the prefix in its last block are NaN
 in the pools, dense or compressed: the kernel must not let them through.
 """
@@ -32,6 +32,13 @@ CASES = [
     (200, 8, 1, 64, 130, 0.5, 0.5, 128, False, 2, 128, 2),    # 2 of a group of 8 heads, 64 tokens per tile
     (97, 16, 2, 64, 64, 0.0, 0.0, 128, False, None, 64, None),  # 8 heads, 16 tokens per tile
 ]
+# the prefix copied dense first (densify): mixed, sparse-only and one-operand-sparse prefixes, partial last blocks
+DENSIFY = [
+    (100, 8, 2, 128, 300, 0.5, 0.5, 64, False, None, 64, None),
+    (70, 4, 1, 64, 250, 1.0, 1.0, 128, False, None, 64, None),
+    (64, 8, 2, 64, 1000, 0.5, 0.5, 64, False, 4, 64, None),
+    (33, 16, 2, 256, 64, 0.0, 1.0, 64, False, None, 64, None),
+]
 
 SCRIPT = r"""
 import json, sys, torch
@@ -40,7 +47,7 @@ from kv_cases import make_case, rel_err
 from hs_kernels import attention as ref, gpu
 
 results = []
-for t, h_q, h_kv, d, prefix, p_k, p_v, block_m, select, splits, chunk_n, heads in json.loads(sys.argv[2]):
+for t, h_q, h_kv, d, prefix, p_k, p_v, block_m, select, splits, chunk_n, heads, densify in json.loads(sys.argv[2]):
     gen = torch.Generator().manual_seed(len(results))
     k_pool, v_pool, k_index, v_index, _ = make_case(1, h_kv, d, [prefix], p_k, p_v, torch.float16, gen, "cpu")
     k_index, v_index = k_index[0], v_index[0]
@@ -58,7 +65,7 @@ for t, h_q, h_kv, d, prefix, p_k, p_v, block_m, select, splits, chunk_n, heads i
     k = torch.randn(t, h_kv, d, generator=gen).half()
     v = torch.randn(t, h_kv, d, generator=gen).half()
     out, lse = gpu.triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix, 0.09, block_m, 4, 1, select,
-                                  splits=splits, chunk_n=chunk_n, heads=heads)
+                                  splits=splits, chunk_n=chunk_n, heads=heads, densify=densify)
     r_out, r_lse = ref.prefill_attention(q, k, v, k_pool, v_pool, k_index, v_index, prefix, 0.09)
     results.append({"rel_err": rel_err(out, r_out), "lse_err": (lse - r_lse).abs().max().item(),
                     "nan": bool(out.isnan().any() or lse.isnan().any()),
@@ -69,11 +76,12 @@ print(json.dumps(results))
 
 
 def test_triton_prefill_interpreted_matches_reference():
-    results = interpret(SCRIPT, CASES)
-    assert len(results) == len(CASES)
+    cases = [(*c, False) for c in CASES] + [(*c, True) for c in DENSIFY]
+    results = interpret(SCRIPT, cases)
+    assert len(results) == len(cases)
     kinds = {tuple(r["kinds"]) for r in results}
     assert {(1, 1), (3, 3), (2, 2), (2, 1), (1, 2)} <= kinds  # every load path ran
-    for case, r in zip(CASES, results):
+    for case, r in zip(cases, results):
         assert not r["nan"], (case, r)
         assert r["rel_err"] < 2e-3, (case, r)  # float16 output rounding
         assert r["lse_err"] < 1e-3, (case, r)
