@@ -251,7 +251,7 @@ def bench_question(prefix: int, t: int) -> None:
         run = lambda n: lambda: gpu.triton_prefill(q, k, v, k_pool, v_pool, k_idx, v_idx, prefix, D ** -0.5,  # noqa: E731
                                                     splits=n)
         one = timeit(run(1), iters=20)
-        auto = gpu.prefill_split_plan(-(-t // 128) * H_Q, prefix // 64, q.device)[0]
+        auto = gpu.prefill_split_plan(-(-t // gpu.prefill_launch(D)[0]) * H_Q, prefix // 64, q.device)[0]
         for n, ms in ((1, one), (auto, timeit(run(None), iters=20))):
             print(f"| {sk}/{sv} | {n} | {ms:.3f} | {cudnn / ms:.2f}x | {one / ms:.2f}x |", flush=True)
 
