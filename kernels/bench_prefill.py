@@ -262,7 +262,7 @@ def bench_question(prefix: int, t: int) -> None:
                                                        D ** -0.5, splits=n, heads=h)
         one = timeit(run(1, 1), iters=20)
         for heads in (1, None):
-            hg, tiles = gpu.prefill_tiles(t, H_Q, H_KV, 128, heads)
+            hg, tiles = gpu.prefill_tiles(t, H_Q, H_KV, gpu.prefill_launch(D)[0], heads)
             auto = gpu.prefill_split_plan(tiles * H_Q // hg, prefix // 64, q.device)[0]
             for n in (1, auto):
                 ms = one if (heads, n) == (1, 1) else timeit(run(heads, n), iters=20)

@@ -5,7 +5,8 @@
 Llama-3.1-8B's streaming half (16 query heads, 4 KV groups, d 128, bf16), sink 128, window 256,
 keys laid out as the serving backend passes them (``streaming_keys``: sink page, page-aligned window, chunk):
 a prefill chunk of 8192 queries after a 24576-token prefix, and decode at B = 8 (32K contexts).
-Rows: the Triton kernel and the PyTorch reference it replaced on the serving path.
+Rows: the Triton kernel (its default 4 warps, and 8: at 128 rows and d 128 the default spills 612 bytes per
+thread, 8 warps none: ``python -m hs_kernels.resources``) and the PyTorch reference it replaced on the serving path.
 Timing: triton.testing.do_bench (median).
 """
 
@@ -30,6 +31,8 @@ def main():
         k, v = (torch.randn(b, n, H_KV, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
         q_pos, k_pos = q_pos.cuda(), k_pos.cuda()
         for label, fn in (("triton", lambda: gpu.triton_streaming(q, q_pos, k, v, k_pos, SINK, WINDOW, D ** -0.5)),
+                          ("triton 8w", lambda: gpu.triton_streaming(q, q_pos, k, v, k_pos, SINK, WINDOW, D ** -0.5,
+                                                                     num_warps=8)),
                           ("reference", lambda: ref.streaming_attention(q, q_pos, k, v, k_pos, SINK, WINDOW, D ** -0.5))):
             rows.append((name, label, triton.testing.do_bench(fn, warmup=5, rep=40, return_mode="median")))
     print(f"{'case':24s} {'impl':10s} {'ms':>9s}")

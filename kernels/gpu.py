@@ -216,15 +216,24 @@ def prefill_supported(q: torch.Tensor, k: torch.Tensor, k_pool: BlockPool, v_poo
     )
 
 
+def prefill_launch(head_dim: int) -> tuple[int, int, int]:
+    """Default ``(block_m, num_warps, num_stages)`` of the Triton prefill: 128 rows x 8 warps x 3 stages,
+    the fastest measured on the H200 at head_dim 128 (kernels/BENCHMARKS.md). At head_dim 256 that tile
+    needs 256 KB of shared memory and the H200 has 227 KB per block, so 64 rows x 4 warps (224 KB), the
+    tiling the GPU tests run there (``python -m hs_kernels.resources`` prints both)."""
+    return (64, 4, 3) if head_dim > 128 else (128, 8, 3)
+
+
 def prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                       k_pool: BlockPool, v_pool: BlockPool, k_index: torch.Tensor, v_index: torch.Tensor,
-                      prefix_len: int, sm_scale: float | None = None, block_m: int = 128, num_warps: int = 8,
-                      num_stages: int = 3, select: bool = False, chunk_n: int = 64,
-                      heads: int | None = None, densify: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+                      prefix_len: int, sm_scale: float | None = None, block_m: int | None = None,
+                      num_warps: int | None = None, num_stages: int | None = None, select: bool = False,
+                      chunk_n: int = 64, heads: int | None = None,
+                      densify: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """``hs_kernels.attention.prefill_attention`` on the Triton kernel (``triton_prefill``) where
     supported (CUDA float16/bfloat16, head_dim 64/128/256), else the reference. ``block_m`` (query
-    rows per program, 64 or 128), ``num_warps``, ``num_stages``, ``select``, ``chunk_n``, ``heads`` and ``densify`` are launch options
-    (``triton_prefill``); the defaults are the fastest measured on the H200 (kernels/BENCHMARKS.md).
+    rows per program, 64 or 128), ``num_warps``, ``num_stages``, ``select``, ``chunk_n``, ``heads`` and
+    ``densify`` are launch options (``triton_prefill``; defaults: ``prefill_launch``).
     No bounds check of the used index entries against the pools on the GPU path (the reference raises)."""
     if not prefill_supported(q, k, k_pool, v_pool):
         return _ref.prefill_attention(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len, sm_scale)
@@ -259,9 +268,9 @@ def prefill_tiles(t: int, h_q: int, h_kv: int, block_m: int = 128, heads: int | 
 
 
 def triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len: int, scale: float,
-                   block_m: int = 128, num_warps: int = 8, num_stages: int = 3, select: bool = False,
-                   out=None, lse=None, splits: int | None = None, chunk_n: int = 64, heads: int | None = None,
-                   densify: bool = False):
+                   block_m: int | None = None, num_warps: int | None = None, num_stages: int | None = None,
+                   select: bool = False, out=None, lse=None, splits: int | None = None, chunk_n: int = 64,
+                   heads: int | None = None, densify: bool = False):
     """Launch the Triton prefill on checked inputs (also under Triton's CPU interpreter, as
     ``triton_decode``). The kernel variant follows the prefix's entries: all dense, all sparse or
     mixed (``select``: the mixed variant picks a block's copy by a select, not a branch).
@@ -271,15 +280,17 @@ def triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len: int, s
     keys per tile of the chunk's own keys (64 or 128, at most ``block_m``). ``heads``: query heads of
     one KV group per tile (``prefill_tiles``). ``densify``: when the prefix has 2:4 blocks, copy its used
     blocks into a dense scratch pool first (``triton_prefill.densify_kernel``; transient memory: the
-    prefix's K and V, dense) and run the dense variant on it."""
+    prefix's K and V, dense) and run the dense variant on it. Launch options left None take
+    ``prefill_launch``'s defaults for the head_dim."""
     from . import triton_prefill as tp
     from .triton_blocks import DENSE, LOG2E, SPARSE
 
-    if chunk_n not in (64, 128) or chunk_n > block_m:
-        raise ValueError(f"chunk_n must be 64 or 128 and at most block_m ({block_m}), got {chunk_n}")
-
     t, h_q, d = q.shape
     h_kv = k_index.shape[0]
+    block_m, num_warps, num_stages = (given or default for given, default in
+                                      zip((block_m, num_warps, num_stages), prefill_launch(d)))
+    if chunk_n not in (64, 128) or chunk_n > block_m:
+        raise ValueError(f"chunk_n must be 64 or 128 and at most block_m ({block_m}), got {chunk_n}")
     hg, tiles = prefill_tiles(t, h_q, h_kv, block_m, heads)
     out = torch.empty_like(q) if out is None else out
     lse = torch.empty(t, h_q, dtype=torch.float32, device=q.device) if lse is None else lse

@@ -35,6 +35,7 @@ CASES = [
     (6, 6, 64, torch.float16, 300, 64, 0.5, 0.5, {}),                      # MHA
     (28, 4, 128, torch.bfloat16, 50, 200, 0.5, 0.5, {}),                   # G 7
     (8, 2, 256, torch.bfloat16, 150, 190, 0.5, 0.5, {"block_m": 64, "num_warps": 4}),  # d 256
+    (8, 2, 256, torch.bfloat16, 200, 640, 1.0, 1.0, {}),                   # d 256, its default launch
     (32, 8, 128, torch.bfloat16, 1, 65, 0.5, 0.5, {}),                     # one query token
     (32, 8, 128, torch.bfloat16, 1000, 3000, 0.5, 0.5, {}),                # longer
     (32, 8, 128, torch.bfloat16, 300, 500, 0.5, 0.5, {"block_m": 64, "num_warps": 4}),

@@ -1,0 +1,37 @@
+"""CPU: the shipped GPU kernel variants compiled for sm_90 (Triton through ptxas, the CUDA decode
+through nvcc) fit sm_90's shared memory per block and do not spill registers to local memory,
+except the spills recorded in ``hs_kernels.resources.KNOWN_SPILLS``, which must not grow."""
+
+import pytest
+
+pytest.importorskip("triton")
+
+from hs_kernels import cuda_decode, resources  # noqa: E402
+
+pytestmark = pytest.mark.skipif(resources.ptxas() is None or cuda_decode._nvcc() is None, reason="needs ptxas and nvcc")
+
+
+def test_ptxas_log_parsing():
+    log = ("ptxas info    : Compiling entry function '_Z16decode_sp_kernelILi128ELb1EEvPKt' for 'sm_90'\n"
+           "ptxas info    : Function properties for _Z16decode_sp_kernelILi128ELb1EEvPKt\n"
+           "    8 bytes stack frame, 12 bytes spill stores, 20 bytes spill loads\n"
+           "ptxas info    : Used 168 registers, used 0 barriers\n")
+    assert resources._parse(log) == [(168, 32)]
+    assert resources._instantiation("_Z16decode_sp_kernelILi128ELb1EEvPKt") == "d128 bf16"
+
+
+@pytest.mark.parametrize("variant", resources.variants(), ids=lambda v: v.name)
+def test_triton_variant_does_not_spill(variant):
+    usage = resources.triton_usage(variant)
+    assert 0 < usage.registers <= 255 and 0 <= usage.shared_bytes <= resources.MAX_SHARED, usage
+    assert usage.spill_bytes <= resources.KNOWN_SPILLS.get(variant.name, 0), usage
+
+
+def test_cuda_decode_does_not_spill():
+    usages = resources.cuda_decode_usage()
+    assert sorted(u.name for u in usages) == [f"cuda decode d{d} {t}" for d in (128, 64) for t in ("bf16", "fp16")]
+    assert all(u.spill_bytes == 0 and 0 < u.registers <= 255 for u in usages), usages
+
+
+def test_known_spills_name_shipped_variants():
+    assert set(resources.KNOWN_SPILLS) <= {v.name for v in resources.variants()}
