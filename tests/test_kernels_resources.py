@@ -23,7 +23,7 @@ def test_ptxas_log_parsing():
 @pytest.mark.parametrize("variant", resources.variants(), ids=lambda v: v.name)
 def test_triton_variant_does_not_spill(variant):
     usage = resources.triton_usage(variant)
-    assert 0 < usage.registers <= 255 and 0 < usage.shared_bytes <= resources.MAX_SHARED, usage
+    assert 0 < usage.registers <= 255 and 0 <= usage.shared_bytes <= resources.MAX_SHARED, usage
     assert usage.spill_bytes <= resources.KNOWN_SPILLS.get(variant.name, 0), usage
 
 
