@@ -1,7 +1,7 @@
 """Registers, local-memory spills and shared memory of the shipped GPU kernel variants, compiled for
 sm_90 on any machine with ``nvcc`` (no GPU needed): the Triton kernels through ``triton.compile`` and
 ``ptxas -v`` on their PTX, the CUDA decode through ``nvcc -Xptxas -v``. A spill is a slowdown that
-no CPU test sees otherwise (the TileLang prefill's 5 KB per thread went unnoticed for two sessions).
+no CPU test sees otherwise (the TileLang prefill's 8-10 KB per thread went unnoticed for two sessions).
 
     python -m hs_kernels.resources [--tilelang]
 
