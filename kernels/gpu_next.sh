@@ -2,7 +2,8 @@
 # The device calls that measure branch kernels-next, one stage per call (each under the 600 s limit),
 # from the repository root on the H200. Logs go to $OUT/<stage>/; the last lines printed are the tables.
 #   decode:  carry nothing (TileLang's cases then skip). GPU tests of the decode, compression and streaming
-#            kernels; the decode table (and the previous CUDA decode version's rows, if its copy is there).
+#            kernels; the decode table (and the previous CUDA decode version's rows, if its copy is there);
+#            the streaming kernel at 4 and 8 warps.
 #   prefill: carry nothing. GPU tests of the Triton prefill; its table (heads per tile 1 vs 4, 128-key
 #            chunk tiles) and the question-after-a-cached-prefix table.
 #   tl:      carry .dev/site.tar.xz. TileLang prefill: compile every tested/benchmarked variant, tests, benchmark.
@@ -17,6 +18,7 @@ decode)
     python -m pytest -q -p no:cacheprovider tests/test_kernels_gpu_decode.py tests/test_kernels_gpu_triton_stream.py \
         tests/test_kernels_gpu_compress.py 2>&1 | tee "$log/tests.log" | tail -5
     python -m hs_kernels.bench_gpu --decode-only 2>&1 | tee "$log/bench_decode.log" | tail -30
+    python -m hs_kernels.bench_stream 2>&1 | tee "$log/bench_stream.log" | tail -7  # 4 vs 8 warps (4 spills at 128 rows)
     # the previous CUDA decode version, if written next to it before the call (untracked files travel):
     #   git show 41439eb:kernels/cuda/decode_sp.cu > kernels/cuda/decode_sp_v2.cu
     if [ -f kernels/cuda/decode_sp_v2.cu ]; then
