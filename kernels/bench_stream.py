@@ -5,8 +5,9 @@
 Llama-3.1-8B's streaming half (16 query heads, 4 KV groups, d 128, bf16), sink 128, window 256,
 keys laid out as the serving backend passes them (``streaming_keys``: sink page, page-aligned window, chunk):
 a prefill chunk of 8192 queries after a 24576-token prefix, and decode at B = 8 (32K contexts).
-Rows: the Triton kernel (its default 4 warps, and 8: at 128 rows and d 128 the default spills 612 bytes per
-thread, 8 warps none: ``python -m hs_kernels.resources``) and the PyTorch reference it replaced on the serving path.
+Rows: the Triton kernel (its defaults; 8 warps; 64-row tiles: at 128 rows and d 128 the default 4 warps spill
+612 bytes per thread, 8 warps or 64 rows none: ``python -m hs_kernels.resources``) and the PyTorch reference it
+replaced on the serving path.
 Timing: triton.testing.do_bench (median).
 """
 
@@ -33,6 +34,8 @@ def main():
         for label, fn in (("triton", lambda: gpu.triton_streaming(q, q_pos, k, v, k_pos, SINK, WINDOW, D ** -0.5)),
                           ("triton 8w", lambda: gpu.triton_streaming(q, q_pos, k, v, k_pos, SINK, WINDOW, D ** -0.5,
                                                                      num_warps=8)),
+                          ("triton 64r", lambda: gpu.triton_streaming(q, q_pos, k, v, k_pos, SINK, WINDOW, D ** -0.5,
+                                                                      block_m=min(64, max(16, gpu._next_pow2(t * H_Q // H_KV))))),
                           ("reference", lambda: ref.streaming_attention(q, q_pos, k, v, k_pos, SINK, WINDOW, D ** -0.5))):
             rows.append((name, label, triton.testing.do_bench(fn, warmup=5, rep=40, return_mode="median")))
     print(f"{'case':24s} {'impl':10s} {'ms':>9s}")
