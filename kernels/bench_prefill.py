@@ -31,6 +31,8 @@ from concurrent.futures import ProcessPoolExecutor
 
 import torch
 
+from hs_kernels.bench_gpu import rel_err
+
 H_Q, H_KV, D = 32, 8, 128
 BENCH_S = ((0, 0), (0, 1), (1, 1), (1, 0), (0.5, 0.5))  # (S_K, S_V) of the chunk's tiles
 DENSE_TFLOPS = 790.0  # H200 bf16 dense GEMM measured (cuBLAS, warm clocks); sparse tensor cores 2x
@@ -170,7 +172,7 @@ def bench(tokens: int, variants, chunk: int, triton_configs, tilelang: bool) -> 
                 out, _ = run()
                 note = ""
                 if (sk, sv) == (0, 0):
-                    err = ((out.float() - ref_out.float()).norm() / ref_out.float().norm()).item()
+                    err = rel_err(out, ref_out)
                     note = f"rel.err vs cuDNN {err:.1e}"
                 ms = timeit(run)
                 add(f"ours S_K={sk} S_V={sv} {tag}", ms, note)
@@ -217,7 +219,7 @@ def bench_triton(q, k, v, chunk: int, configs, add, ref_out) -> None:
         opts = dict(block_m=block_m, num_warps=warps, num_stages=stages, chunk_n=chunk_n, heads=heads)
         one = lambda: gpu.prefill_attention(q, k, v, *empty, none, none, 0, **opts)  # noqa: E731
         out, _ = one()
-        err = ((out.float() - ref_out.float()).norm() / ref_out.float().norm()).item()
+        err = rel_err(out, ref_out)
         add(f"Triton one shot, dense {tag}", timeit(one), f"rel.err vs cuDNN {err:.1e}")
         runs = [(s, False, False) for s in BENCH_S] + [((0.5, 0.5), True, False), ((1, 1), False, True),
                                                          ((0, 1), False, True), ((0.5, 0.5), False, True)]

@@ -35,7 +35,7 @@ def main():
                           ("triton 8w", lambda: gpu.triton_streaming(q, q_pos, k, v, k_pos, SINK, WINDOW, D ** -0.5,
                                                                      num_warps=8)),
                           ("triton 64r", lambda: gpu.triton_streaming(q, q_pos, k, v, k_pos, SINK, WINDOW, D ** -0.5,
-                                                                      block_m=min(64, max(16, gpu._next_pow2(t * H_Q // H_KV))))),
+                                                                      block_m=gpu.stream_rows(t, H_Q // H_KV, cap=64))),
                           ("reference", lambda: ref.streaming_attention(q, q_pos, k, v, k_pos, SINK, WINDOW, D ** -0.5))):
             rows.append((name, label, triton.testing.do_bench(fn, warmup=5, rep=40, return_mode="median")))
     print(f"{'case':24s} {'impl':10s} {'ms':>9s}")

@@ -37,6 +37,15 @@ def available() -> bool:
     return (torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 8 and _nvcc() is not None)
 
 
+def nvcc_command(arch: str, output: Path, *extra: str) -> list[str]:
+    """The nvcc command that compiles ``SOURCE`` for ``arch`` into ``output`` (``extra``: the output
+    kind and any reporting flags), as the shipped library is built."""
+    nvcc = _nvcc()
+    if nvcc is None:
+        raise RuntimeError("nvcc not found (set CUDA_HOME): needed to build the CUDA decode kernel")
+    return [nvcc, "-O3", f"-arch={arch}", "-std=c++17", *extra, "-o", str(output), str(SOURCE)]
+
+
 def build(arch: str, cache: Path | None = None) -> Path:
     """The shared library for ``arch`` (e.g. "sm_90"), compiled unless already in ``cache``."""
     src = SOURCE.read_bytes()
@@ -44,12 +53,9 @@ def build(arch: str, cache: Path | None = None) -> Path:
     so = cache / f"decode_sp-{arch}-{hashlib.sha256(src).hexdigest()[:16]}.so"
     if so.exists():
         return so
-    nvcc = _nvcc()
-    if nvcc is None:
-        raise RuntimeError("nvcc not found (set CUDA_HOME): needed to build the CUDA decode kernel")
-    cache.mkdir(parents=True, exist_ok=True)
     tmp = so.with_name(f"{so.name}.{os.getpid()}.tmp")
-    cmd = [nvcc, "-O3", f"-arch={arch}", "-std=c++17", "-shared", "-Xcompiler", "-fPIC", "-o", str(tmp), str(SOURCE)]
+    cmd = nvcc_command(arch, tmp, "-shared", "-Xcompiler", "-fPIC")
+    cache.mkdir(parents=True, exist_ok=True)
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode:
         tmp.unlink(missing_ok=True)

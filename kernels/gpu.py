@@ -373,7 +373,7 @@ def triton_streaming(q, q_pos, k, v, k_pos, sink_tokens: int, window_tokens: int
     b, t, h_q, d = q.shape
     n, h_kv = k.shape[1], k.shape[2]
     g = h_q // h_kv
-    block_m = block_m or min(128, max(16, _next_pow2(t * g)))
+    block_m = block_m or stream_rows(t, g)
     out = torch.empty_like(q) if out is None else out
     lse = torch.empty(b, t, h_q, dtype=torch.float32, device=q.device) if lse is None else lse
     n_blocks = -(-n // BLOCK_SIZE)
@@ -385,6 +385,12 @@ def triton_streaming(q, q_pos, k, v, k_pos, sink_tokens: int, window_tokens: int
         k_pos.to(torch.int32).contiguous(), block_lo, block_hi, out, lse, scale * LOG2E, t, n, n_blocks,
         sink_tokens, window_tokens, H_KV=h_kv, G=g, D=d, BLOCK_M=block_m, num_warps=num_warps, num_stages=num_stages)
     return out, lse
+
+
+def stream_rows(t: int, group: int, cap: int = 128) -> int:
+    """Rows of a streaming tile for ``t`` query tokens of a ``group``-head KV group: a power of two,
+    at least 16, at most ``cap``."""
+    return min(cap, max(16, _next_pow2(t * group)))
 
 
 def _next_pow2(n: int) -> int:

@@ -137,6 +137,11 @@ def _parse(log: str) -> list[tuple[int, int]]:
     return [(int(regs), int(st) + int(ld)) for st, ld, regs in _INFO.findall(log)]
 
 
+def _ptxas_log(cmd: list[str]) -> str:
+    """The ``ptxas -v`` report (stderr) of a compile command that must succeed."""
+    return subprocess.run(cmd, capture_output=True, text=True, check=True).stderr
+
+
 def triton_usage(v: Variant) -> Usage:
     import importlib
 
@@ -152,8 +157,7 @@ def triton_usage(v: Variant) -> Usage:
     with tempfile.TemporaryDirectory() as tmp:
         ptx = Path(tmp) / "k.ptx"
         ptx.write_text(compiled.asm["ptx"])
-        log = subprocess.run([ptxas(), f"-arch=sm_{ARCH}a", "-v", str(ptx), "-o", str(Path(tmp) / "k.cubin")],
-                             capture_output=True, text=True, check=True).stderr
+        log = _ptxas_log([ptxas(), f"-arch=sm_{ARCH}a", "-v", str(ptx), "-o", str(Path(tmp) / "k.cubin")])
     (regs, spills), = _parse(log)
     return Usage(v.name, regs, spills, compiled.metadata.shared)
 
@@ -162,13 +166,8 @@ def cuda_decode_usage() -> list[Usage]:
     """The CUDA decode's four instantiations (head_dim 64 / 128 x fp16 / bf16)."""
     from . import cuda_decode
 
-    nvcc = cuda_decode._nvcc()
-    if nvcc is None:
-        raise RuntimeError("nvcc not found (set CUDA_HOME)")
     with tempfile.TemporaryDirectory() as tmp:
-        log = subprocess.run([nvcc, f"-arch=sm_{ARCH}", "-O3", "-std=c++17", "-cubin", "-Xptxas", "-v", "-o",
-                              str(Path(tmp) / "k.cubin"), str(cuda_decode.SOURCE)],
-                             capture_output=True, text=True, check=True).stderr
+        log = _ptxas_log(cuda_decode.nvcc_command(f"sm_{ARCH}", Path(tmp) / "k.cubin", "-cubin", "-Xptxas", "-v"))
     names = re.findall(r"Compiling entry function '(\S+)'", log)
     return [Usage(f"cuda decode {_instantiation(n)}", regs, spills, None) for n, (regs, spills) in zip(names, _parse(log))]
 
@@ -201,10 +200,9 @@ def tilelang_usage() -> list[Usage]:
                 source = build().get_kernel_source()
             cu = Path(tmp) / "k.cu"
             cu.write_text(source)
-            log = subprocess.run([cuda_decode._nvcc(), "-cubin", f"-arch=sm_{ARCH}a", "-std=c++17", "-O3", "-w",
-                                  f"-I{root / 'src'}", f"-I{root / '3rdparty' / 'cutlass' / 'include'}",
-                                  "--use_fast_math", "-Xptxas", "-v", "-o", str(Path(tmp) / "k.cubin"), str(cu)],
-                                 capture_output=True, text=True, check=True).stderr
+            log = _ptxas_log([cuda_decode._nvcc(), "-cubin", f"-arch=sm_{ARCH}a", "-std=c++17", "-O3", "-w",
+                              f"-I{root / 'src'}", f"-I{root / '3rdparty' / 'cutlass' / 'include'}",
+                              "--use_fast_math", "-Xptxas", "-v", "-o", str(Path(tmp) / "k.cubin"), str(cu)])
             (regs, spills), = _parse(log)
             out.append(Usage(name, regs, spills, None))
     return out
