@@ -3,6 +3,7 @@ serving path) and the TileLang Trans-Both kernel (``tl_prefill``, sparse tensor 
 
     python -m hs_kernels.bench_prefill [--tokens 32768] [--chunk 8192] [--triton-configs 128:8:2,64:4:2]
         [--variants 128:mn:128:column,128:mn:128:warp] [--no-tilelang] [--prebuild] [--question 64]
+        [--densify-chunks 64,512,4096]
 
 Triton rows: the sequence prefilled in chunks of ``--chunk`` tokens, as SGLang's chunked prefill
 runs it, each chunk against the previous chunks stored in the pools with block sparsity S_K / S_V
@@ -18,7 +19,8 @@ causal work for every row: 4 * T^2 / 2 * H_q * D (two GEMMs, 2 FLOP per multiply
 score matrix), whatever the kernel skips. ``--prebuild`` compiles every kernel the GPU tests and
 this benchmark use, in parallel processes (TileLang's disk cache then serves them).
 ``--question N``: then N query tokens after the whole sequence as a cached prefix, the prefix split
-among programs (``prefill_splits``) vs not, and cuDNN on the same keys.
+among programs (``prefill_splits``) vs not, and cuDNN on the same keys. ``--densify-chunks``: where
+copying a 2:4 prefix dense first pays (``gpu.prefill_densify``).
 """
 
 import argparse
@@ -211,18 +213,19 @@ def bench_triton(q, k, v, chunk: int, configs, add, ref_out) -> None:
     empty = [BlockPool.allocate(op, D, 0, 0, q.dtype, q.device) for op in ("k", "v")]
     none = torch.zeros((H_KV, 0), dtype=torch.int32, device=q.device)
     for block_m, warps, stages, *rest in configs:
-        chunk_n = rest[0] if rest else 64
+        chunk_n = rest[0] if rest and rest[0] else None
         heads = rest[1] if len(rest) > 1 else None
         hg = gpu.prefill_tiles(t, H_Q, H_KV, block_m, heads)[0]
         tag = (f"[{block_m} rows, {warps} warps, {stages} stages, {hg} heads per tile"
-               f"{f', {chunk_n}-key chunk tiles' if chunk_n != 64 else ''}]")
+               f"{f', {chunk_n}-key chunk tiles' if chunk_n else ''}]")
         opts = dict(block_m=block_m, num_warps=warps, num_stages=stages, chunk_n=chunk_n, heads=heads)
         one = lambda: gpu.prefill_attention(q, k, v, *empty, none, none, 0, **opts)  # noqa: E731
         out, _ = one()
         err = rel_err(out, ref_out)
         add(f"Triton one shot, dense {tag}", timeit(one), f"rel.err vs cuDNN {err:.1e}")
-        runs = [(s, False, False) for s in BENCH_S] + [((0.5, 0.5), True, False), ((1, 1), False, True),
-                                                         ((0, 1), False, True), ((0.5, 0.5), False, True)]
+        # densify None: the default (prefill_densify); False: each program unpacks the 2:4 blocks itself
+        runs = [(s, False, None) for s in BENCH_S] + [((0.5, 0.5), True, False), ((1, 1), False, False),
+                                                        ((0, 1), False, False), ((0.5, 0.5), False, False)]
         for (sk, sv), select, densify in runs:
             (k_pool, k_idx), (v_pool, v_idx) = _pools_at(k, "k", sk, gen), _pools_at(v, "v", sv, gen)
 
@@ -233,7 +236,7 @@ def bench_triton(q, k, v, chunk: int, configs, add, ref_out) -> None:
                                           v_idx[:, :c0 // 64], c0, **opts, select=select, densify=densify)
 
             kinds = gpu._entry_kinds(k_idx, v_idx, k_idx.shape[1])
-            how = " select" if select else (" densified" if densify else "")
+            how = " select" if select else (" not densified" if densify is False else "")
             add(f"Triton chunked {chunk}, S_K={sk} S_V={sv}, kernel {kinds}{how} {tag}", timeit(chunked))
             del k_pool, v_pool
 
@@ -271,6 +274,31 @@ def bench_question(prefix: int, t: int) -> None:
                 print(f"| {sk}/{sv} | {hg} | {n} | {ms:.3f} | {cudnn / ms:.2f}x | {one / ms:.2f}x |", flush=True)
 
 
+def bench_densify(prefix: int, lengths) -> None:
+    """Where copying a 2:4 prefix dense first (``densify``) starts to pay: chunks of ``lengths`` tokens
+    after a cached ``prefix``, default launch, densify off vs on, and what ``prefill_densify`` picks."""
+    from hs_kernels import gpu
+
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(2)
+    pk, pv = (torch.randn(prefix, H_KV, D, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(2))
+    print(f"\nChunks after a {prefix}-token 2:4 prefix: densify off / on (default launch)\n"
+          "| prefix S_K/S_V | chunk tokens | readers per block | off ms | on ms | off / on | default |\n"
+          "|---|---|---|---|---|---|---|", flush=True)
+    for sk, sv in ((1, 1), (0.5, 0.5)):
+        (k_pool, k_idx), (v_pool, v_idx) = _pools_at(pk, "k", sk, gen), _pools_at(pv, "v", sv, gen)
+        for t in lengths:
+            q, k, v = (torch.randn(t, h, D, device="cuda", dtype=torch.bfloat16, generator=gen) for h in (H_Q, H_KV, H_KV))
+            run = lambda on: lambda: gpu.triton_prefill(q, k, v, k_pool, v_pool, k_idx, v_idx, prefix,  # noqa: E731
+                                                        D ** -0.5, densify=on)
+            off, on = timeit(run(False), iters=20), timeit(run(True), iters=20)
+            hg, tiles = gpu.prefill_tiles(t, H_Q, H_KV, gpu.prefill_launch(D)[0])
+            readers = tiles * (H_Q // H_KV) // hg
+            auto = gpu.prefill_densify(readers, H_KV, prefix // 64, D, 2)
+            print(f"| {sk}/{sv} | {t} | {readers} | {off:.3f} | {on:.3f} | {off / on:.2f}x | {'on' if auto else 'off'} |",
+                  flush=True)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--tokens", type=int, default=32768)
@@ -281,6 +309,8 @@ def main(argv=None):
     ap.add_argument("--no-tilelang", action="store_true", help="skip the TileLang rows (and compression)")
     ap.add_argument("--question", type=int, default=64, help="also time a question of this many tokens after a "
                     "--tokens prefix (0: skip)")
+    ap.add_argument("--densify-chunks", default="", help="also time chunks of these many tokens (a list) after a "
+                    "--tokens 2:4 prefix, densify off vs on")
     ap.add_argument("--prebuild", action="store_true")
     ap.add_argument("--workers", type=int, default=min(16, os.cpu_count() or 1))
     a = ap.parse_args(argv)
@@ -298,6 +328,8 @@ def main(argv=None):
         print(f"| {name} | {ms:.2f} | {tf:.0f} | {cudnn / ms:.2f}x | {tf / DENSE_TFLOPS:.0%} | {note} |")
     if a.question:
         bench_question(a.tokens, a.question)
+    if a.densify_chunks:
+        bench_densify(a.tokens, [int(x) for x in a.densify_chunks.split(",")])
 
 
 if __name__ == "__main__":

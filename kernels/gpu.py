@@ -224,12 +224,29 @@ def prefill_launch(head_dim: int) -> tuple[int, int, int]:
     return (64, 4, 3) if head_dim > 128 else (128, 8, 3)
 
 
+DENSIFY_MIN_READERS = 16  # programs reading each prefix block, from which copying the prefix dense first pays
+DENSIFY_MAX_BYTES = 1 << 30  # the transient dense copy of one call's prefix (K and V) at most
+
+
+def prefill_chunk_n(prefix_len: int, block_m: int) -> int:
+    """Default keys per tile of the chunk's own keys: 128 without a prefix (the one-shot prefill, 5 %
+    faster on the H200), 64 after one (128 was 2-7 % slower there; kernels/BENCHMARKS.md)."""
+    return 128 if prefix_len == 0 and block_m >= 128 else 64
+
+
+def prefill_densify(readers: int, h_kv: int, used: int, head_dim: int, itemsize: int) -> bool:
+    """Default of ``densify`` for a prefix with 2:4 blocks: when at least ``DENSIFY_MIN_READERS``
+    programs read each prefix block (query tiles x head groups of one KV head) and the dense copy fits
+    ``DENSIFY_MAX_BYTES``."""
+    return readers >= DENSIFY_MIN_READERS and 2 * h_kv * used * BLOCK_SIZE * head_dim * itemsize <= DENSIFY_MAX_BYTES
+
+
 def prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                       k_pool: BlockPool, v_pool: BlockPool, k_index: torch.Tensor, v_index: torch.Tensor,
                       prefix_len: int, sm_scale: float | None = None, block_m: int | None = None,
                       num_warps: int | None = None, num_stages: int | None = None, select: bool = False,
-                      chunk_n: int = 64, heads: int | None = None,
-                      densify: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+                      chunk_n: int | None = None, heads: int | None = None,
+                      densify: bool | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """``hs_kernels.attention.prefill_attention`` on the Triton kernel (``triton_prefill``) where
     supported (CUDA float16/bfloat16, head_dim 64/128/256), else the reference. ``block_m`` (query
     rows per program, 64 or 128), ``num_warps``, ``num_stages``, ``select``, ``chunk_n``, ``heads`` and
@@ -269,19 +286,19 @@ def prefill_tiles(t: int, h_q: int, h_kv: int, block_m: int = 128, heads: int | 
 
 def triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len: int, scale: float,
                    block_m: int | None = None, num_warps: int | None = None, num_stages: int | None = None,
-                   select: bool = False, out=None, lse=None, splits: int | None = None, chunk_n: int = 64,
-                   heads: int | None = None, densify: bool = False):
+                   select: bool = False, out=None, lse=None, splits: int | None = None, chunk_n: int | None = None,
+                   heads: int | None = None, densify: bool | None = None):
     """Launch the Triton prefill on checked inputs (also under Triton's CPU interpreter, as
     ``triton_decode``). The kernel variant follows the prefix's entries: all dense, all sparse or
     mixed (``select``: the mixed variant picks a block's copy by a select, not a branch).
     ``out [T, H_q, D]`` / ``lse [T, H_q]`` float32: optional output buffers (tests pass poisoned
     ones to see that every element is written). ``splits``: prefix splits, merged by
     ``combine_kernel`` (default ``prefill_splits``; at most one per full prefix block). ``chunk_n``:
-    keys per tile of the chunk's own keys (64 or 128, at most ``block_m``). ``heads``: query heads of
-    one KV group per tile (``prefill_tiles``). ``densify``: when the prefix has 2:4 blocks, copy its used
-    blocks into a dense scratch pool first (``triton_prefill.densify_kernel``; transient memory: the
-    prefix's K and V, dense) and run the dense variant on it. Launch options left None take
-    ``prefill_launch``'s defaults for the head_dim."""
+    keys per tile of the chunk's own keys (64 or 128, at most ``block_m``; default ``prefill_chunk_n``).
+    ``heads``: query heads of one KV group per tile (``prefill_tiles``). ``densify``: when the prefix has
+    2:4 blocks, copy its used blocks into a dense scratch pool first (``triton_prefill.densify_kernel``;
+    transient memory: the prefix's K and V, dense) and run the dense variant on it (default
+    ``prefill_densify``). Launch options left None take ``prefill_launch``'s defaults for the head_dim."""
     from . import triton_prefill as tp
     from .triton_blocks import DENSE, LOG2E, SPARSE
 
@@ -289,6 +306,7 @@ def triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len: int, s
     h_kv = k_index.shape[0]
     block_m, num_warps, num_stages = (given or default for given, default in
                                       zip((block_m, num_warps, num_stages), prefill_launch(d)))
+    chunk_n = prefill_chunk_n(prefix_len, block_m) if chunk_n is None else chunk_n
     if chunk_n not in (64, 128) or chunk_n > block_m:
         raise ValueError(f"chunk_n must be 64 or 128 and at most block_m ({block_m}), got {chunk_n}")
     hg, tiles = prefill_tiles(t, h_q, h_kv, block_m, heads)
@@ -296,6 +314,8 @@ def triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len: int, s
     lse = torch.empty(t, h_q, dtype=torch.float32, device=q.device) if lse is None else lse
     used = -(-prefix_len // BLOCK_SIZE)
     k_mode, v_mode = _entry_kinds(k_index, v_index, used)
+    if densify is None:
+        densify = prefill_densify(tiles * (h_q // h_kv) // hg, h_kv, used, d, q.element_size())
     if densify and (k_mode | v_mode) & SPARSE:
         k_pool, v_pool, k_index, v_index = _densified(k_pool, v_pool, k_index, v_index, used, k_mode, v_mode, q.is_cuda)
         k_mode = v_mode = DENSE

@@ -57,6 +57,8 @@ CASES = [
     (32, 8, 128, torch.bfloat16, 1000, 3000, 0.5, 0.5, {"densify": True}),  # prefix copied dense first
     (32, 8, 128, torch.float16, 300, 640, 1.0, 1.0, {"densify": True}),
     (16, 2, 64, torch.bfloat16, 77, 129, 0.0, 1.0, {"densify": True, "splits": 2}),
+    (32, 8, 128, torch.bfloat16, 1000, 3000, 0.5, 0.5, {"densify": False}),  # long chunk, unpacked in place
+    (32, 8, 128, torch.bfloat16, 200, 0, 0.0, 0.0, {"chunk_n": 64}),     # no prefix, 64-key tiles
 ]
 
 
@@ -103,3 +105,18 @@ def test_only_short_chunks_are_split():
     assert gpu.prefill_splits(32, 512, cuda) > 1  # 64 queries x 32 heads after 32K: a few programs alone
     assert gpu.prefill_splits(64 * 32, 512, cuda) == 1  # an 8K chunk fills the GPU
     assert gpu.prefill_splits(32, 20, cuda) == 1  # a short prefix: not worth a merge
+
+
+def test_long_chunks_densify_a_sparse_prefix(monkeypatch):
+    """By default a chunk whose programs read each prefix block many times copies a 2:4 prefix dense
+    first; a short question does not."""
+    calls = []
+    densified = gpu._densified
+    monkeypatch.setattr(gpu, "_densified", lambda *a: calls.append(1) or densified(*a))
+    for t, expect in ((1000, [1]), (64, [])):
+        calls.clear()
+        k_pool, v_pool, k_index, v_index, q, k, v, scale = prefill_inputs(32, 8, 128, torch.bfloat16, t, 3000, 0.5, 0.5)
+        out, _ = gpu.triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, 3000, scale)
+        assert calls == expect
+        o_ref, _ = ref.prefill_attention(q, k, v, k_pool, v_pool, k_index, v_index, 3000, scale)
+        assert rel_err(out, o_ref) < 1e-2

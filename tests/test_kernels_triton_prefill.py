@@ -86,3 +86,18 @@ def test_triton_prefill_interpreted_matches_reference():
         assert r["rel_err"] < 2e-3, (case, r)  # float16 output rounding
         assert r["lse_err"] < 1e-3, (case, r)
         assert r["dtype_ok"], (case, r)
+
+
+def test_launch_defaults():
+    """The Python-side choices of the default launch (figures behind them: kernels/BENCHMARKS.md)."""
+    from hs_kernels import gpu
+
+    assert gpu.prefill_tiles(64, 32, 8) == (4, 2)  # Llama: the 4 heads of a group, 32 tokens per tile
+    assert gpu.prefill_tiles(64, 16, 2) == (8, 4)  # 8 heads leave 16 tokens per tile
+    assert gpu.prefill_tiles(64, 16, 2, block_m=64) == (4, 4)
+    assert gpu.prefill_tiles(100, 28, 4) == (1, 1)  # a group of 7: no power of two above 1 divides it
+    assert gpu.prefill_chunk_n(0, 128) == 128 and gpu.prefill_chunk_n(0, 64) == 64 and gpu.prefill_chunk_n(640, 128) == 64
+    n = gpu.DENSIFY_MIN_READERS
+    assert not gpu.prefill_densify(n - 1, 8, 512, 128, 2) and gpu.prefill_densify(n, 8, 512, 128, 2)
+    fits = gpu.DENSIFY_MAX_BYTES // (2 * 8 * 64 * 128 * 2)  # prefix blocks whose dense K and V fit the cap
+    assert gpu.prefill_densify(n, 8, fits, 128, 2) and not gpu.prefill_densify(n, 8, fits + 1, 128, 2)
