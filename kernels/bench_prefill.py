@@ -294,7 +294,7 @@ def bench_densify(prefix: int, lengths) -> None:
             off, on = timeit(run(False), iters=20), timeit(run(True), iters=20)
             hg, tiles = gpu.prefill_tiles(t, H_Q, H_KV, gpu.prefill_launch(D)[0])
             readers = tiles * (H_Q // H_KV) // hg
-            auto = gpu.prefill_densify(readers, H_KV, prefix // 64, D, 2)
+            auto = gpu.prefill_densify(readers, 3 in gpu._entry_kinds(k_idx, v_idx, prefix // 64), H_KV, prefix // 64, D, 2)
             print(f"| {sk}/{sv} | {t} | {readers} | {off:.3f} | {on:.3f} | {off / on:.2f}x | {'on' if auto else 'off'} |",
                   flush=True)
 

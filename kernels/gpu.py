@@ -224,7 +224,9 @@ def prefill_launch(head_dim: int) -> tuple[int, int, int]:
     return (64, 4, 3) if head_dim > 128 else (128, 8, 3)
 
 
-DENSIFY_MIN_READERS = 16  # programs reading each prefix block, from which copying the prefix dense first pays
+# programs reading each prefix block from which copying a 2:4 prefix dense first pays, measured on the H200
+# (kernels/BENCHMARKS.md): a prefix mixing dense and sparse blocks from 4, an all-sparse one from 32
+DENSIFY_MIN_READERS = {"mixed": 4, "sparse": 32}
 DENSIFY_MAX_BYTES = 1 << 30  # the transient dense copy of one call's prefix (K and V) at most
 
 
@@ -234,11 +236,12 @@ def prefill_chunk_n(prefix_len: int, block_m: int) -> int:
     return 128 if prefix_len == 0 and block_m >= 128 else 64
 
 
-def prefill_densify(readers: int, h_kv: int, used: int, head_dim: int, itemsize: int) -> bool:
-    """Default of ``densify`` for a prefix with 2:4 blocks: when at least ``DENSIFY_MIN_READERS``
-    programs read each prefix block (query tiles x head groups of one KV head) and the dense copy fits
-    ``DENSIFY_MAX_BYTES``."""
-    return readers >= DENSIFY_MIN_READERS and 2 * h_kv * used * BLOCK_SIZE * head_dim * itemsize <= DENSIFY_MAX_BYTES
+def prefill_densify(readers: int, mixed: bool, h_kv: int, used: int, head_dim: int, itemsize: int) -> bool:
+    """Default of ``densify`` for a prefix with 2:4 blocks (``mixed``: K's or V's entries both dense
+    and sparse): when at least ``DENSIFY_MIN_READERS`` programs read each prefix block (query tiles x
+    head groups of one KV head) and the dense copy fits ``DENSIFY_MAX_BYTES``."""
+    return (readers >= DENSIFY_MIN_READERS["mixed" if mixed else "sparse"]
+            and 2 * h_kv * used * BLOCK_SIZE * head_dim * itemsize <= DENSIFY_MAX_BYTES)
 
 
 def prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -315,7 +318,8 @@ def triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len: int, s
     used = -(-prefix_len // BLOCK_SIZE)
     k_mode, v_mode = _entry_kinds(k_index, v_index, used)
     if densify is None:
-        densify = prefill_densify(tiles * (h_q // h_kv) // hg, h_kv, used, d, q.element_size())
+        densify = prefill_densify(tiles * (h_q // h_kv) // hg, DENSE | SPARSE in (k_mode, v_mode), h_kv, used, d,
+                                  q.element_size())
     if densify and (k_mode | v_mode) & SPARSE:
         k_pool, v_pool, k_index, v_index = _densified(k_pool, v_pool, k_index, v_index, used, k_mode, v_mode, q.is_cuda)
         k_mode = v_mode = DENSE

@@ -1,15 +1,32 @@
 #!/usr/bin/env bash
-# GPU check on the device machine (H200), from the repository root, with .dev/site.tar.xz carried
-# (../shared/tools/device-bundle): compile the kernels, run the GPU tests, print the benchmark tables
-# (decode and compression: bench_gpu; prefill, Triton rows: bench_prefill).
+# The GPU check on the device machine (H200), from the repository root, one stage per call (each under the
+# 600 s limit). Logs go to $OUT/<stage>/; the last lines printed are the tables.
+#   decode:  carry nothing (TileLang's cases then skip). GPU tests of the decode, compression and streaming
+#            kernels; the decode table; the streaming table.
+#   prefill: carry nothing. GPU tests of the Triton prefill; its table, the question-after-a-cached-prefix
+#            table and where copying a 2:4 prefix dense first pays.
+#   tl:      carry .dev/site.tar.xz. TileLang prefill: compile every tested/benchmarked variant, tests, benchmark.
 set -o pipefail
-OUT=${OUT:-/tmp/hs_out}; mkdir -p "$OUT" /tmp/site /tmp/pp
-tar -xJf .dev/site.tar.xz -C /tmp/site || exit 1
-ln -sfn "$PWD/kernels" /tmp/pp/hs_kernels
-export PYTHONPATH=/tmp/site:/tmp/pp:$PYTHONPATH PYTHONUNBUFFERED=1
+stage=${1:?usage: gpu_check.sh decode|prefill|tl}
+source scripts/device_env.sh
+export HS_KERNELS_CACHE=/tmp/hsk
+log="${OUT:-/tmp/hs_out}/$stage"; mkdir -p "$log"
 nvidia-smi -L
-python -m hs_kernels.bench_gpu --prebuild 2>&1 | grep -v "TileLang:" | tee "$OUT/prebuild.log"
-python -m pytest -q -p no:cacheprovider --maxfail=10 tests/test_kernels_gpu_compress.py tests/test_kernels_gpu_decode.py \
-    tests/test_kernels_gpu_triton_prefill.py 2>&1 | tee "$OUT/tests.log" | tail -40
-python -m hs_kernels.bench_gpu "$@" 2>&1 | grep -v "TileLang:" | tee "$OUT/bench.log" | tail -30
-python -m hs_kernels.bench_prefill --no-tilelang 2>&1 | tee "$OUT/bench_prefill.log" | tail -16
+case "$stage" in
+decode)
+    python -m pytest -q -p no:cacheprovider tests/test_kernels_gpu_decode.py tests/test_kernels_gpu_triton_stream.py \
+        tests/test_kernels_gpu_compress.py 2>&1 | tee "$log/tests.log" | tail -5
+    python -m hs_kernels.bench_gpu --decode-only 2>&1 | tee "$log/bench_decode.log" | tail -30
+    python -m hs_kernels.bench_stream 2>&1 | tee "$log/bench_stream.log" | tail -7 ;;
+prefill)
+    python -m pytest -q -p no:cacheprovider tests/test_kernels_gpu_triton_prefill.py 2>&1 | tee "$log/tests.log" | tail -5
+    python -m hs_kernels.bench_prefill --no-tilelang --triton-configs 128:8:3 --densify-chunks 64,128,256,512,1024,4096 \
+        2>&1 | tee "$log/bench_prefill.log" | tail -40 ;;
+tl)
+    python -m hs_kernels.bench_prefill --prebuild 2>&1 | grep -v "TileLang:" | tee "$log/prebuild.log" | grep -c "^built"
+    grep FAILED "$log/prebuild.log"
+    python -m pytest -q -p no:cacheprovider tests/test_kernels_gpu_prefill.py 2>&1 | tee "$log/tests.log" | tail -8
+    python -m hs_kernels.bench_prefill --triton-configs "" --question 0 2>&1 | grep -v "TileLang:" \
+        | tee "$log/bench_prefill.log" | tail -30 ;;
+*) echo "unknown stage: $stage" >&2; exit 2 ;;
+esac

@@ -7,6 +7,8 @@ written; every pool path
 (dense / sparse / mixed), tile (64 / 128 rows, 4 / 8 warps), head_dim 64 / 128 / 256 and the GQA
 ratios 1 / 4 / 7 / 8, 1 / 2 / 4 / 8 query heads per tile, the prefix densified first, with the prmt form of the 2:4 unpack and
 bfloat16; the prefix split among programs (auto for a short chunk after a long prefix, and forced counts).
+Cases about the in-place kernel's features pin ``densify`` so that they keep testing the path they were
+written for whatever ``gpu.prefill_densify`` picks.
 """
 
 import pytest
@@ -26,34 +28,34 @@ pytestmark = [
 CASES = [
     # (h_q, h_kv, d, dtype, T, prefix_len, p_k, p_v, launch options)
     (32, 8, 128, torch.bfloat16, 200, 0, 0.0, 0.0, {}),                    # no prefix, T % 64
-    (32, 8, 128, torch.bfloat16, 100, 1000, 0.5, 0.5, {}),                 # mixed/mixed, P % 64
+    (32, 8, 128, torch.bfloat16, 100, 1000, 0.5, 0.5, {"densify": False}),  # mixed/mixed, P % 64
     (32, 8, 128, torch.float16, 130, 640, 1.0, 1.0, {}),                   # sparse-only pools
     (32, 8, 128, torch.bfloat16, 327, 333, 0.0, 1.0, {}),                  # dense K / sparse V
     (32, 8, 128, torch.bfloat16, 96, 256, 1.0, 0.0, {}),                   # sparse K / dense V
     (32, 8, 128, torch.bfloat16, 300, 700, 0.0, 0.0, {}),                  # dense-only pools
     (16, 2, 64, torch.bfloat16, 77, 129, 1.0, 0.0, {}),                    # d 64, G 8
     (6, 6, 64, torch.float16, 300, 64, 0.5, 0.5, {}),                      # MHA
-    (28, 4, 128, torch.bfloat16, 50, 200, 0.5, 0.5, {}),                   # G 7
-    (8, 2, 256, torch.bfloat16, 150, 190, 0.5, 0.5, {"block_m": 64, "num_warps": 4}),  # d 256
+    (28, 4, 128, torch.bfloat16, 50, 200, 0.5, 0.5, {"densify": False}),   # G 7
+    (8, 2, 256, torch.bfloat16, 150, 190, 0.5, 0.5, {"block_m": 64, "num_warps": 4, "densify": False}),  # d 256
     (8, 2, 256, torch.bfloat16, 200, 640, 1.0, 1.0, {}),                   # d 256, its default launch
     (32, 8, 128, torch.bfloat16, 1, 65, 0.5, 0.5, {}),                     # one query token
     (32, 8, 128, torch.bfloat16, 1000, 3000, 0.5, 0.5, {}),                # longer
     (32, 8, 128, torch.bfloat16, 300, 500, 0.5, 0.5, {"block_m": 64, "num_warps": 4}),
-    (32, 8, 128, torch.bfloat16, 300, 500, 0.5, 0.5, {"num_stages": 2}),
+    (32, 8, 128, torch.bfloat16, 300, 500, 0.5, 0.5, {"num_stages": 2, "densify": False}),
     (32, 8, 128, torch.bfloat16, 513, 0, 0.0, 0.0, {"block_m": 64, "num_warps": 4, "num_stages": 2}),
-    (32, 8, 128, torch.bfloat16, 300, 500, 0.5, 0.5, {"select": True}),  # mixed: select, not branch
-    (32, 8, 128, torch.bfloat16, 77, 1000, 0.5, 0.5, {"select": True, "block_m": 64, "num_warps": 4}),
+    (32, 8, 128, torch.bfloat16, 300, 500, 0.5, 0.5, {"select": True, "densify": False}),  # mixed: select, not branch
+    (32, 8, 128, torch.bfloat16, 77, 1000, 0.5, 0.5, {"select": True, "block_m": 64, "num_warps": 4, "densify": False}),
     (32, 8, 128, torch.bfloat16, 64, 32768, 1.0, 1.0, {}),                # question after a cached prefix: auto split
     (16, 4, 128, torch.bfloat16, 64, 4000, 0.5, 0.5, {"splits": 5}),      # split, partial last block
-    (32, 8, 128, torch.bfloat16, 200, 2000, 0.5, 0.5, {"splits": 40}),    # more splits than full blocks
+    (32, 8, 128, torch.bfloat16, 200, 2000, 0.5, 0.5, {"splits": 40, "densify": False}),    # more splits than full blocks
     (16, 2, 64, torch.bfloat16, 33, 1500, 1.0, 0.0, {"splits": 3, "block_m": 64, "num_warps": 4}),
     (32, 8, 128, torch.bfloat16, 1000, 3000, 0.5, 0.5, {"chunk_n": 128}),  # 128-key chunk tiles
     (32, 8, 128, torch.float16, 300, 0, 0.0, 0.0, {"chunk_n": 128, "num_stages": 2}),
-    (16, 2, 64, torch.bfloat16, 257, 640, 1.0, 1.0, {"chunk_n": 128}),
-    (32, 8, 128, torch.bfloat16, 300, 500, 0.5, 0.5, {"heads": 1}),       # one query head per tile
+    (16, 2, 64, torch.bfloat16, 257, 640, 1.0, 1.0, {"chunk_n": 128, "densify": True}),
+    (32, 8, 128, torch.bfloat16, 300, 500, 0.5, 0.5, {"heads": 1, "densify": False}),       # one query head per tile
     (32, 8, 128, torch.bfloat16, 64, 32768, 1.0, 1.0, {"heads": 1}),
     (16, 2, 64, torch.bfloat16, 200, 130, 0.5, 0.5, {"heads": 2, "chunk_n": 128}),
-    (32, 4, 128, torch.bfloat16, 97, 700, 0.5, 0.5, {}),                  # 8 heads x 16 tokens per tile
+    (32, 4, 128, torch.bfloat16, 97, 700, 0.5, 0.5, {"densify": False}),                  # 8 heads x 16 tokens per tile
     (32, 8, 128, torch.bfloat16, 1000, 3000, 0.5, 0.5, {"densify": True}),  # prefix copied dense first
     (32, 8, 128, torch.float16, 300, 640, 1.0, 1.0, {"densify": True}),
     (16, 2, 64, torch.bfloat16, 77, 129, 0.0, 1.0, {"densify": True, "splits": 2}),
