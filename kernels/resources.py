@@ -106,13 +106,19 @@ def variants() -> list[Variant]:
                                dict(D=d, IS_K=operand == "k", BITS=16, ABS=0x7FFF, INF=0x7F80), compress_warps))
     for d in (64, 128, 256):
         prefill_rows, prefill_warps, prefill_stages = gpu.prefill_launch(d)
+        hg = gpu.prefill_tiles(1, 32, 8, prefill_rows)[0]
+        if gpu.prefill_chunk_n(0, prefill_rows) != gpu.prefill_chunk_n(1, prefill_rows):  # else K1 V1 below
+            out.append(Variant(f"prefill d{d} one shot", "triton_prefill", "prefill_kernel", _prefill_types(),
+                               dict(H_KV=8, G=4, D=d, BLOCK_M=prefill_rows, K_MODE=1, V_MODE=1, PRMT=True, SELECT=False,
+                                    SPLIT=False, CHUNK_N=gpu.prefill_chunk_n(0, prefill_rows), HG=hg),
+                               prefill_warps, prefill_stages))
         for k_mode, v_mode in ((1, 1), (2, 2), (3, 3)):
             for split in (False, True):
                 out.append(Variant(f"prefill d{d} K{k_mode} V{v_mode}{' split' if split else ''}", "triton_prefill",
                                    "prefill_kernel", _prefill_types(),
                                    dict(H_KV=8, G=4, D=d, BLOCK_M=prefill_rows, K_MODE=k_mode, V_MODE=v_mode, PRMT=True,
-                                        SELECT=False, SPLIT=split, CHUNK_N=64,
-                                        HG=gpu.prefill_tiles(1, 32, 8, prefill_rows)[0]), prefill_warps, prefill_stages))
+                                        SELECT=False, SPLIT=split, CHUNK_N=gpu.prefill_chunk_n(1, prefill_rows),
+                                        HG=hg), prefill_warps, prefill_stages))
             out.append(Variant(f"densify d{d} K{k_mode} V{v_mode}", "triton_prefill", "densify_kernel",
                                {**dict.fromkeys(("k_dense", "k_vals", "v_dense", "v_vals", "k_out", "v_out"), "*bf16"),
                                 "k_meta": "*i16", "v_meta": "*i16", "k_index": "*i32", "v_index": "*i32",
