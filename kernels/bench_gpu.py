@@ -162,7 +162,7 @@ def decode_rows(rows, gen, b, ctx, quick):
                 cuda_default = gpu.default_splits(b, H_KV, ctx // BLOCK_SIZE, q.device, per_sm=16)
                 err = rel_err(gpu.cuda_decode(q, k_pool, v_pool, k_index, v_index, sl, scale, cuda_default)[0],
                               gpu.triton_decode(q, k_pool, v_pool, k_index, v_index, sl, scale, default)[0])
-                for n in [cuda_default] + ([] if quick else [x for x in (16, 24, 48) if x != cuda_default]):
+                for n in [cuda_default] + ([] if quick else [x for x in (8, 12, 16, 24, 48) if x != cuda_default]):
                     ms = bench(lambda: gpu.cuda_decode(q, k_pool, v_pool, k_index, v_index, sl, scale, n))
                     rows.append((f"decode B={b} {ctx // 1024}K", f"ours CUDA mma.sp S_K={s_k} S_V={s_v} splits={n}"
                                  + (f" (vs Triton {err:.0e})" if n == cuda_default else ""), ms, nbytes / ms / 1e6, base / ms))
