@@ -159,7 +159,7 @@ def decode_rows(rows, gen, b, ctx, quick):
                          + "".join(f" {k.replace('num_', '')}={v}" for k, v in opts.items()))
                 rows.append((f"decode B={b} {ctx // 1024}K", label, ms, nbytes / ms / 1e6, base / ms))
             if cuda_decode.available() and not mixed:
-                cuda_default = gpu.default_splits(b, H_KV, ctx // BLOCK_SIZE, q.device, per_sm=16)
+                cuda_default = gpu.cuda_decode_splits(b, H_KV, ctx // BLOCK_SIZE, q)
                 err = rel_err(gpu.cuda_decode(q, k_pool, v_pool, k_index, v_index, sl, scale, cuda_default)[0],
                               gpu.triton_decode(q, k_pool, v_pool, k_index, v_index, sl, scale, default)[0])
                 for n in [cuda_default] + ([] if quick else [x for x in (8, 12, 16, 24, 48) if x != cuda_default]):

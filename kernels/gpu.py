@@ -60,13 +60,40 @@ def decode_supported(q: torch.Tensor, k_pool: BlockPool, v_pool: BlockPool, k_in
     )
 
 
-def default_splits(batch: int, h_kv: int, max_blocks: int, device: torch.device, per_sm: int = 4) -> int:
-    """Split count: about ``per_sm`` programs per SM over all (split, KV head, sequence), at least 8
-    blocks per split (measured on the H200 at B=8, 32K: kernels/NOTES_GPU.md; 4 for the Triton
-    kernel, 16 for the one-warp CUDA kernel)."""
+def default_splits(batch: int, h_kv: int, max_blocks: int, device: torch.device) -> int:
+    """Split count of the Triton decode: about 4 programs per SM over all (split, KV head, sequence), at
+    least 8 blocks per split (measured on the H200 at B=8, 32K: kernels/NOTES_GPU.md)."""
     sms = torch.cuda.get_device_properties(device).multi_processor_count
-    splits = max(1, (per_sm * sms) // max(1, batch * h_kv))
+    splits = max(1, (4 * sms) // max(1, batch * h_kv))
     return max(1, min(splits, max(1, max_blocks // 8)))
+
+
+SPLIT_OVERHEAD_BLOCKS = 2  # a split's fixed cost (Q, entries, partials, combine) in blocks' time, fitted below
+
+
+@functools.lru_cache(maxsize=None)
+def wave_splits(programs: int, blocks: int, resident: int) -> int:
+    """Splits of ``blocks`` KV blocks for each of ``programs`` (sequence, KV head) pairs, when the GPU
+    runs ``resident`` programs at once: the fewest that minimise (waves of programs) x (blocks per split
+    + ``SPLIT_OVERHEAD_BLOCKS``), the time of a kernel whose last wave may run part-empty. On the H200's
+    sweeps at B=8, 32K (kernels/BENCHMARKS.md, seventh session) this orders the four split counts timed
+    for CUDA decode v2 (12 resident per SM) as measured, and picks one within 2 % of v3's best."""
+    best_cost, best = None, 1
+    for asked in range(1, blocks + 1):
+        per = -(-blocks // asked)
+        splits = -(-blocks // per)  # the splits that get blocks
+        cost = -(-programs * splits // resident) * (per + SPLIT_OVERHEAD_BLOCKS)
+        if best_cost is None or cost < best_cost:
+            best_cost, best = cost, splits
+    return best
+
+
+def cuda_decode_splits(batch: int, h_kv: int, max_blocks: int, q: torch.Tensor) -> int:
+    """Default split count of the CUDA decode: ``wave_splits`` with the built kernel's residency."""
+    from . import cuda_decode as cd
+
+    sms = torch.cuda.get_device_properties(q.device).multi_processor_count
+    return wave_splits(batch * h_kv, max_blocks, sms * cd.resident_per_sm(q.shape[-1], q.dtype))
 
 
 def prefill_splits(programs: int, full_blocks: int, device: torch.device) -> int:
@@ -139,7 +166,7 @@ def decode_attention(q: torch.Tensor, k_pool: BlockPool, v_pool: BlockPool,
         raise ValueError(f"seq_lens must have shape [{batch}], got {list(seq_lens.shape)}")
     scale = _ref._scale(sm_scale, q)
     if kernel == "cuda" and cuda_decode_supported(q, k_index):
-        splits = num_splits or default_splits(batch, h_kv, max_blocks, q.device, per_sm=16)
+        splits = num_splits or cuda_decode_splits(batch, h_kv, max_blocks, q)
         return cuda_decode(q, k_pool, v_pool, k_index, v_index, seq_lens, scale, splits)
     splits = num_splits or default_splits(batch, h_kv, max_blocks, q.device)
     return triton_decode(q, k_pool, v_pool, k_index, v_index, seq_lens, scale, splits, num_warps, num_stages)

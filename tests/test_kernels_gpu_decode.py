@@ -96,6 +96,16 @@ def test_decode_launch_options(num_warps, num_stages):
     check(CASES[0], 5, 0.09, num_warps=num_warps, num_stages=num_stages)
 
 
+@needs_cuda_kernel
+def test_cuda_decode_split_choice():
+    """The occupancy query behind the CUDA decode's default splits answers for every instantiation."""
+    for d in cuda_decode.HEAD_DIMS:
+        for dtype in (torch.bfloat16, torch.float16):
+            assert 1 <= cuda_decode.resident_per_sm(d, dtype) <= 32
+    q = torch.zeros(8, 32, 128, dtype=torch.bfloat16, device="cuda")
+    assert 1 <= gpu.cuda_decode_splits(8, 8, 512, q) <= 512
+
+
 def test_decode_default_splits_and_dispatch():
     """The automatic path (default split count, combine kernel) on a 32K-context Llama-shaped batch."""
     gen = torch.Generator(device="cuda")

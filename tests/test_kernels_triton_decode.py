@@ -58,3 +58,14 @@ def test_triton_decode_interpreted_matches_reference():
         assert r["lse_err"] < 1e-3, (case, r)
         assert not r["parts_nan"], (case, r)  # every split's partial output written
         assert r["dtype_ok"], (case, r)
+
+
+def test_wave_splits():
+    """The CUDA decode's split choice on the H200's measured sweeps (132 SMs; B=8, 32K: 64 programs of
+    512 blocks; kernels/BENCHMARKS.md, seventh session) and at its edges."""
+    from hs_kernels import gpu
+
+    assert gpu.wave_splits(64, 512, 12 * 132) == 24  # v2: 24 splits were the fastest (0.221 ms)
+    assert gpu.wave_splits(64, 512, 8 * 132) == 16  # v3: 0.226 ms, the best count timed 0.222
+    assert gpu.wave_splits(1, 10, 100) == 10  # room for every block alone
+    assert gpu.wave_splits(200, 10, 100) == 1  # already two waves unsplit

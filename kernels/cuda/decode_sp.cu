@@ -358,15 +358,31 @@ __global__ void __launch_bounds__(32, 1) decode_sp_kernel(
 }
 
 template <int D, bool BF16>
+constexpr int smem_bytes() { return 4 * BS * D * 2; }  // two stages of K and V, each the size of a dense block
+
+template <int D, bool BF16>
+cudaError_t configure() {
+    static const cudaError_t rc =
+        cudaFuncSetAttribute(decode_sp_kernel<D, BF16>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes<D, BF16>());
+    return rc;
+}
+
+template <int D, bool BF16>
+int resident_per_sm() {
+    int n = 0;
+    if (configure<D, BF16>() != cudaSuccess ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, decode_sp_kernel<D, BF16>, 32, smem_bytes<D, BF16>()) != cudaSuccess)
+        return -1;
+    return n;
+}
+
+template <int D, bool BF16>
 cudaError_t launch(const void* q, const void* k_dense, const void* k_vals, const void* k_meta, const void* v_dense,
                    const void* v_vals, const void* v_meta, const int32_t* k_index, const int32_t* v_index,
                    const int32_t* seq_lens, float* o_part, float* lse_part, float scale_log2, int batch, int max_blocks,
                    int splits, int h_kv, int group, cudaStream_t stream) {
-    constexpr int smem_bytes = 4 * BS * D * 2;  // two stages of K and V, each the size of a dense block
-    static const cudaError_t configured =
-        cudaFuncSetAttribute(decode_sp_kernel<D, BF16>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
-    if (configured != cudaSuccess) return configured;
-    decode_sp_kernel<D, BF16><<<dim3(splits, h_kv, batch), 32, smem_bytes, stream>>>(
+    if (const cudaError_t rc = configure<D, BF16>(); rc != cudaSuccess) return rc;
+    decode_sp_kernel<D, BF16><<<dim3(splits, h_kv, batch), 32, smem_bytes<D, BF16>(), stream>>>(
         static_cast<const uint16_t*>(q), static_cast<const uint16_t*>(k_dense), static_cast<const uint32_t*>(k_vals),
         static_cast<const uint32_t*>(k_meta), static_cast<const uint16_t*>(v_dense),
         static_cast<const uint32_t*>(v_vals), static_cast<const uint32_t*>(v_meta), k_index, v_index, seq_lens, o_part,
@@ -389,4 +405,12 @@ extern "C" int hs_decode_sp(int head_dim, int bf16, const void* q, const void* k
     if (head_dim == 128) return bf16 ? HS_LAUNCH(128, true) : HS_LAUNCH(128, false);
 #undef HS_LAUNCH
     return 1000;
+}
+
+// Programs of the (head_dim, dtype) kernel resident on one SM at once (registers and shared memory), for
+// the split choice; -1 on a CUDA error or an unsupported (head_dim, dtype).
+extern "C" int hs_decode_sp_resident(int head_dim, int bf16) {
+    if (head_dim == 64) return bf16 ? resident_per_sm<64, true>() : resident_per_sm<64, false>();
+    if (head_dim == 128) return bf16 ? resident_per_sm<128, true>() : resident_per_sm<128, false>();
+    return -1;
 }
