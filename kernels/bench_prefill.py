@@ -86,9 +86,10 @@ def kernel_configs(variants) -> list[tuple]:
         spec.loader.exec_module(mod)
         for h_q, h_kv, d, dtype, t, pl, p_k, p_v, chunk_s, knobs in mod.CASES:
             cs = chunk_s or (None, None)
-            cfgs.add((h_q, h_kv, d, P._DTYPES[dtype], _modes_prefix(pl, p_k), _modes_prefix(pl, p_v),
-                      _modes_chunk(t, cs[0]), _modes_chunk(t, cs[1]), knobs.get("rows", P.ROWS), knobs.get("threads", P.THREADS),
-                      P.STAGES, knobs.get("p_major", P.P_MAJOR), knobs.get("softmax", P.SOFTMAX)))
+            ck, cv = _modes_chunk(t, cs[0]), _modes_chunk(t, cs[1])
+            cfgs.add((h_q, h_kv, d, P._DTYPES[dtype], _modes_prefix(pl, p_k), _modes_prefix(pl, p_v), ck, cv,
+                      *P.tile(ck, cv, knobs.get("rows"), knobs.get("threads")), P.STAGES,
+                      knobs.get("p_major", P.P_MAJOR), knobs.get("softmax", P.SOFTMAX)))
         cfgs.add((32, 8, 128, "bfloat16", "mixed", "mixed", "dense", "dense", P.ROWS, P.THREADS, P.STAGES, P.P_MAJOR,
                   P.SOFTMAX))
     for rows, p_major, threads, softmax in variants:

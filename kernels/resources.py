@@ -199,6 +199,9 @@ def tilelang_usage() -> list[Usage]:
     kernels += [(f"tilelang prefill {mode} prefix", lambda mode=mode: tl_prefill.get_kernel(
         32, 8, 128, "bfloat16", mode, mode, "dense", "dense", tl_prefill.ROWS, tl_prefill.THREADS, tl_prefill.STAGES,
         tl_prefill.P_MAJOR, target=target)) for mode in tl_prefill.MODES]
+    kernels.append(("tilelang prefill all-2:4 chunk", lambda: tl_prefill.get_kernel(
+        32, 8, 128, "bfloat16", "dense", "dense", "sparse", "sparse", *tl_prefill.tile("sparse", "sparse"),
+        tl_prefill.STAGES, tl_prefill.P_MAJOR, target=target)))
     out = []
     with tempfile.TemporaryDirectory() as tmp:
         for name, build in kernels:
