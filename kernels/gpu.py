@@ -275,18 +275,19 @@ def prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                       k_pool: BlockPool, v_pool: BlockPool, k_index: torch.Tensor, v_index: torch.Tensor,
                       prefix_len: int, sm_scale: float | None = None, block_m: int | None = None,
                       num_warps: int | None = None, num_stages: int | None = None, select: bool = False,
-                      chunk_n: int | None = None, heads: int | None = None,
-                      densify: bool | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                      chunk_n: int | None = None, heads: int | None = None, densify: bool | None = None,
+                      prefix_n: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
     """``hs_kernels.attention.prefill_attention`` on the Triton kernel (``triton_prefill``) where
     supported (CUDA float16/bfloat16, head_dim 64/128/256), else the reference. ``block_m`` (query
-    rows per program, 64 or 128), ``num_warps``, ``num_stages``, ``select``, ``chunk_n``, ``heads`` and
-    ``densify`` are launch options (``triton_prefill``; defaults: ``prefill_launch``).
+    rows per program, 64 or 128), ``num_warps``, ``num_stages``, ``select``, ``chunk_n``, ``heads``,
+    ``densify`` and ``prefix_n`` are launch options (``triton_prefill``; defaults: ``prefill_launch``).
     No bounds check of the used index entries against the pools on the GPU path (the reference raises)."""
     if not prefill_supported(q, k, k_pool, v_pool):
         return _ref.prefill_attention(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len, sm_scale)
     _ref._check_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len)
     return triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len, _ref._scale(sm_scale, q),
-                          block_m, num_warps, num_stages, select, chunk_n=chunk_n, heads=heads, densify=densify)
+                          block_m, num_warps, num_stages, select, chunk_n=chunk_n, heads=heads, densify=densify,
+                          prefix_n=prefix_n)
 
 
 def _entry_kinds(k_index: torch.Tensor, v_index: torch.Tensor, used: int) -> tuple[int, int]:
@@ -317,7 +318,7 @@ def prefill_tiles(t: int, h_q: int, h_kv: int, block_m: int = 128, heads: int | 
 def triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len: int, scale: float,
                    block_m: int | None = None, num_warps: int | None = None, num_stages: int | None = None,
                    select: bool = False, out=None, lse=None, splits: int | None = None, chunk_n: int | None = None,
-                   heads: int | None = None, densify: bool | None = None):
+                   heads: int | None = None, densify: bool | None = None, prefix_n: int = 64):
     """Launch the Triton prefill on checked inputs (also under Triton's CPU interpreter, as
     ``triton_decode``). The kernel variant follows the prefix's entries: all dense, all sparse or
     mixed (``select``: the mixed variant picks a block's copy by a select, not a branch).
@@ -328,7 +329,9 @@ def triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len: int, s
     ``heads``: query heads of one KV group per tile (``prefill_tiles``). ``densify``: when the prefix has
     2:4 blocks, copy its used blocks into a dense scratch pool first (``triton_prefill.densify_kernel``;
     transient memory: the prefix's K and V, dense) and run the dense variant on it (default
-    ``prefill_densify``). Launch options left None take ``prefill_launch``'s defaults for the head_dim."""
+    ``prefill_densify``). ``prefix_n``: keys per tile of a dense prefix (64, or 128: two blocks, at most
+    ``block_m``; a prefix with 2:4 blocks, unless densified, takes 64). Launch options left None take
+    ``prefill_launch``'s defaults for the head_dim."""
     from . import triton_prefill as tp
     from .triton_blocks import DENSE, LOG2E, SPARSE
 
@@ -339,6 +342,8 @@ def triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len: int, s
     chunk_n = prefill_chunk_n(prefix_len, block_m) if chunk_n is None else chunk_n
     if chunk_n not in (64, 128) or chunk_n > block_m:
         raise ValueError(f"chunk_n must be 64 or 128 and at most block_m ({block_m}), got {chunk_n}")
+    if prefix_n not in (64, 128) or prefix_n > block_m:
+        raise ValueError(f"prefix_n must be 64 or 128 and at most block_m ({block_m}), got {prefix_n}")
     hg, tiles = prefill_tiles(t, h_q, h_kv, block_m, heads)
     out = torch.empty_like(q) if out is None else out
     lse = torch.empty(t, h_q, dtype=torch.float32, device=q.device) if lse is None else lse
@@ -361,7 +366,8 @@ def triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len: int, s
         _nonempty(v_pool.dense), _nonempty(v_pool.values), _nonempty(v_pool.meta),
         k_index, v_index, part_out, part_lse, scale * LOG2E, t, prefix_len, k_index.shape[1], per_split,
         H_KV=h_kv, G=h_q // h_kv, D=d, BLOCK_M=block_m, HG=hg, K_MODE=k_mode, V_MODE=v_mode,
-        PRMT=q.is_cuda, SELECT=select, SPLIT=splits > 1, CHUNK_N=chunk_n, num_warps=num_warps, num_stages=num_stages)
+        PRMT=q.is_cuda, SELECT=select, SPLIT=splits > 1, CHUNK_N=chunk_n,
+        PREFIX_N=prefix_n if k_mode == v_mode == DENSE else BLOCK_SIZE, num_warps=num_warps, num_stages=num_stages)
     if splits > 1:
         _merge_splits(part_out, part_lse, out, lse)
     return out, lse

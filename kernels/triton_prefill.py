@@ -8,7 +8,8 @@ the heads of a group share every K/V tile loaded and a short chunk does not leav
 Online softmax in base 2 over three key loops:
   * the prefix blocks through the index maps (each entry's dense or sparse copy, as in decode:
     both issued, masked by the entry's sign, so no load sits in a branch; sparse blocks unpacked
-    in registers), keys past ``prefix_len`` masked and their V rows read as zeros;
+    in registers), keys past ``prefix_len`` masked and their V rows read as zeros; with
+    ``PREFIX_N`` 128 (dense pools only) two blocks per key tile;
   * the chunk's key tiles (``CHUNK_N`` keys) wholly below the tile's first token (no mask);
   * the rest up to its last token (causal mask).
 The chunk's own keys come dense from ``k``/``v`` (the serving backend passes them already pruned).
@@ -73,7 +74,7 @@ def prefill_kernel(q_ptr, k_ptr, v_ptr, k_dense, k_vals, k_meta, v_dense, v_vals
                    out_ptr, lse_ptr, scale_log2, t_len, prefix_len, nb, per_split,
                    H_KV: tl.constexpr, G: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, HG: tl.constexpr,
                    K_MODE: tl.constexpr, V_MODE: tl.constexpr, PRMT: tl.constexpr, SELECT: tl.constexpr,
-                   SPLIT: tl.constexpr, CHUNK_N: tl.constexpr):
+                   SPLIT: tl.constexpr, CHUNK_N: tl.constexpr, PREFIX_N: tl.constexpr):
     mx = tl.num_programs(0) - 1 - tl.program_id(0)
     sp = tl.program_id(2)
     last = sp == tl.num_programs(2) - 1
@@ -104,7 +105,20 @@ def prefill_kernel(q_ptr, k_ptr, v_ptr, k_dense, k_vals, k_meta, v_dense, v_vals
     vv_off = cols[:, None] * (BS // 4) + tl.arange(0, BS // 4)[None, :]
     vm_off = cols[:, None] * (BS // 32) + tl.arange(0, BS // 32)[None, :]
     full = prefix_len // BS
-    for j in range(sp * per_split, tl.minimum(full, (sp + 1) * per_split)):
+    lo = sp * per_split
+    hi = tl.minimum(full, (sp + 1) * per_split)
+    if PREFIX_N == 2 * BS:  # dense pools: two blocks per key tile, gathered through their two entries
+        ptok = tl.arange(0, PREFIX_N)
+        low_block = ptok < BS
+        pair_off = (ptok % BS)[:, None] * D + cols[None, :]
+        for j in range(lo, lo + (hi - lo) // 2 * 2, 2):
+            ke = tl.where(low_block, tl.load(k_index + index_row + j), tl.load(k_index + index_row + j + 1))
+            ve = tl.where(low_block, tl.load(v_index + index_row + j), tl.load(v_index + index_row + j + 1))
+            k = tl.load(k_dense + ke[:, None].to(tl.int64) * (BS * D) + pair_off)
+            v = tl.load(v_dense + ve[:, None].to(tl.int64) * (BS * D) + pair_off)
+            m_i, l_i, acc = _softmax_step(q, k, v, m_i, l_i, acc, scale_log2, True, False)
+        lo = lo + (hi - lo) // 2 * 2  # an odd block left over
+    for j in range(lo, hi):
         m_i, l_i, acc = _prefix_block(q, m_i, l_i, acc, scale_log2, j, True, k_dense, k_vals, k_meta, v_dense, v_vals,
                                       v_meta, k_index, v_index, index_row, dense_off, dense_t_off, kv_off, km_off,
                                       vv_off, vm_off, D, K_MODE, V_MODE, PRMT, SELECT, False)
