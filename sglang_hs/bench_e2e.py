@@ -71,7 +71,7 @@ def stream_one(url: str, ids: list[int], new_tokens: int) -> dict:
     req = urllib.request.Request(url + "/generate", data=json.dumps(payload).encode(),
                                  headers={"Content-Type": "application/json"})
     t0 = time.perf_counter()
-    stamps, last = [], {}
+    stamps, tokens, last = [], [], {}
     with urllib.request.urlopen(req, timeout=3600) as r:
         for raw in r:
             line = raw.decode().strip()
@@ -79,20 +79,27 @@ def stream_one(url: str, ids: list[int], new_tokens: int) -> dict:
                 continue
             last = json.loads(line[5:])
             stamps.append(time.perf_counter() - t0)
+            tokens.append(last.get("meta_info", {}).get("completion_tokens", len(stamps)))
     meta = last.get("meta_info", {})
     done = meta.get("completion_tokens", len(stamps))
     ttft = stamps[0]
     tpot = (stamps[-1] - ttft) / (done - 1) if done > 1 else float("nan")
     return {"ttft_s": ttft, "tpot_s": tpot, "total_s": stamps[-1], "completion_tokens": done,
-            "cached_tokens": meta.get("cached_tokens", 0), "stamps": [t0 + t for t in stamps]}
+            "cached_tokens": meta.get("cached_tokens", 0), "stamps": [t0 + t for t in stamps], "tokens": tokens}
 
 
 def decode_tpot(runs: list[dict]) -> float:
-    """Median gap between a request's consecutive tokens once every request of the batch has its
-    first token: decode steps alone, no other request's prefill in the way (nan if none)."""
+    """Median time per token between a request's consecutive stream events once every request of the
+    batch has its first token: decode steps alone, no other request's prefill in the way (nan if none).
+    An event carrying n tokens (``--stream-interval`` n) counts as n tokens of a 1/n share of its gap."""
     start = max(r["stamps"][0] for r in runs)
-    gaps = [b - a for r in runs for a, b in zip(r["stamps"], r["stamps"][1:]) if a >= start]
-    return statistics.median(gaps) if gaps else float("nan")
+    per_token = []
+    for r in runs:
+        events = list(zip(r["stamps"], r.get("tokens") or range(1, len(r["stamps"]) + 1)))
+        for (a, n_a), (b, n_b) in zip(events, events[1:]):
+            if a >= start and n_b > n_a:
+                per_token += [(b - a) / (n_b - n_a)] * (n_b - n_a)
+    return statistics.median(per_token) if per_token else float("nan")
 
 
 def batch_run(url: str, prompts: list[list[int]], new_tokens: int) -> dict:

@@ -46,6 +46,13 @@ def test_decode_tpot_counts_only_gaps_after_every_first_token():
     assert math.isnan(decode_tpot([{"stamps": [0.0]}, {"stamps": [1.0]}]))
 
 
+def test_decode_tpot_divides_events_of_several_tokens():
+    """With --stream-interval 4 each event after the first carries 4 tokens: 0.4 s per event is 0.1 s per token."""
+    a = {"stamps": [0.0, 0.4, 0.8, 1.2], "tokens": [1, 5, 9, 13]}
+    b = {"stamps": [0.0, 0.4, 0.8, 0.9], "tokens": [1, 5, 9, 10]}  # the last event: one token after 0.1 s
+    assert abs(decode_tpot([a, b]) - 0.1) < 1e-9
+
+
 def test_context_length_stays_within_the_models_limit():
     from types import SimpleNamespace as NS
 
