@@ -143,20 +143,20 @@ def decode_rows(rows, gen, b, ctx, quick):
 
     settings = [(0, 0), (1, 1)] if quick else [(0, 0), (0.5, 0), (1, 0), (0, 0.5), (0, 1), (0.5, 0.5), (1, 1)]
     sl = torch.full((b,), ctx, dtype=torch.int32, device="cuda")
-    default = gpu.default_splits(b, H_KV, ctx // BLOCK_SIZE, q.device)
-    tuning = [{"num_splits": n} for n in (12, 16, 24) if n != default] + [
-        {"num_stages": 3}, {"num_warps": 4}, {"num_warps": 8}]
+    tuning = [{"num_splits": n} for n in (8, 10, 12, 16, 24)] + [{"num_stages": 3}, {"num_warps": 4}, {"num_warps": 8}]
     scale = 1.0 / math.sqrt(D)
     for s_k, s_v in settings:
         for mixed in ((False, True) if (s_k, s_v) == (0, 0) else (False,)):
             k_pool, v_pool, k_index, v_index, nbytes = decode_inputs(b, ctx, s_k, s_v, gen, sparse_slots=int(mixed))
-            variants = [{}] if (s_k, s_v) not in ((0, 0), (1, 1)) or quick or mixed else [{}, *tuning]
+            default = gpu.triton_decode_splits(b, ctx // BLOCK_SIZE, q, k_pool, v_pool, H_KV, 2, 2)
+            variants = [{}] if (s_k, s_v) not in ((0, 0), (1, 1)) or quick or mixed else [
+                {}, *[o for o in tuning if o.get("num_splits") != default]]
             for opts in variants:
                 splits = opts.get("num_splits", default)
                 launch = {k: v for k, v in opts.items() if k != "num_splits"}
                 ms = bench(lambda: gpu.triton_decode(q, k_pool, v_pool, k_index, v_index, sl, scale, splits, **launch))
                 label = (f"ours S_K={s_k} S_V={s_v}" + (" (mixed kernel)" if mixed else "")
-                         + "".join(f" {k.replace('num_', '')}={v}" for k, v in opts.items()))
+                         + ("".join(f" {k.replace('num_', '')}={v}" for k, v in opts.items()) or f" (splits {default})"))
                 rows.append((f"decode B={b} {ctx // 1024}K", label, ms, nbytes / ms / 1e6, base / ms))
             if cuda_decode.available() and not mixed:
                 cuda_default = gpu.cuda_decode_splits(b, H_KV, ctx // BLOCK_SIZE, q)

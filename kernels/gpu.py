@@ -60,14 +60,6 @@ def decode_supported(q: torch.Tensor, k_pool: BlockPool, v_pool: BlockPool, k_in
     )
 
 
-def default_splits(batch: int, h_kv: int, max_blocks: int, device: torch.device) -> int:
-    """Split count of the Triton decode: about 4 programs per SM over all (split, KV head, sequence), at
-    least 8 blocks per split (measured on the H200 at B=8, 32K: kernels/NOTES_GPU.md)."""
-    sms = torch.cuda.get_device_properties(device).multi_processor_count
-    splits = max(1, (4 * sms) // max(1, batch * h_kv))
-    return max(1, min(splits, max(1, max_blocks // 8)))
-
-
 SPLIT_OVERHEAD_BLOCKS = 2  # a split's fixed cost (Q, entries, partials, combine) in blocks' time, fitted below
 
 
@@ -94,6 +86,32 @@ def cuda_decode_splits(batch: int, h_kv: int, max_blocks: int, q: torch.Tensor) 
 
     sms = torch.cuda.get_device_properties(q.device).multi_processor_count
     return wave_splits(batch * h_kv, max_blocks, sms * cd.resident_per_sm(q.shape[-1], q.dtype))
+
+
+def triton_decode_splits(batch: int, max_blocks: int, q: torch.Tensor, k_pool: BlockPool, v_pool: BlockPool,
+                         h_kv: int, num_warps: int, num_stages: int) -> int:
+    """Default split count of the Triton decode: ``wave_splits`` with the compiled variant's residency."""
+    sms = torch.cuda.get_device_properties(q.device).multi_processor_count
+    resident = _triton_decode_resident(q.dtype, k_pool.meta.dtype, h_kv, q.shape[1] // h_kv, q.shape[-1],
+                                       _pool_kinds(k_pool), _pool_kinds(v_pool), num_warps, num_stages)
+    return wave_splits(batch * h_kv, max_blocks, sms * resident)
+
+
+@functools.lru_cache(maxsize=None)
+def _triton_decode_resident(dtype, meta_dtype, h_kv: int, g: int, d: int, k_mode: int, v_mode: int,
+                            num_warps: int, num_stages: int) -> int:
+    from . import triton_decode as td
+    from .occupancy import resident_per_sm
+
+    i32, f32 = torch.int32, torch.float32  # pointers as dtypes: Triton's warm-up compiles without tensors
+    compiled = td.decode_kernel.warmup(dtype, dtype, dtype, meta_dtype, dtype, dtype, meta_dtype, i32, i32, i32, f32, f32,
+                                       1.0, 64, 2, grid=(1,), **_decode_constexprs(h_kv, g, d, k_mode, v_mode, True),
+                                       num_warps=num_warps, num_stages=num_stages)
+    return resident_per_sm(compiled)
+
+
+def _decode_constexprs(h_kv: int, g: int, d: int, k_mode: int, v_mode: int, prmt: bool) -> dict:
+    return dict(H_KV=h_kv, G=g, BLOCK_H=max(16, _next_pow2(g)), D=d, K_MODE=k_mode, V_MODE=v_mode, PRMT=prmt)
 
 
 def prefill_splits(programs: int, full_blocks: int, device: torch.device) -> int:
@@ -168,7 +186,7 @@ def decode_attention(q: torch.Tensor, k_pool: BlockPool, v_pool: BlockPool,
     if kernel == "cuda" and cuda_decode_supported(q, k_index):
         splits = num_splits or cuda_decode_splits(batch, h_kv, max_blocks, q)
         return cuda_decode(q, k_pool, v_pool, k_index, v_index, seq_lens, scale, splits)
-    splits = num_splits or default_splits(batch, h_kv, max_blocks, q.device)
+    splits = num_splits or triton_decode_splits(batch, max_blocks, q, k_pool, v_pool, h_kv, num_warps, num_stages)
     return triton_decode(q, k_pool, v_pool, k_index, v_index, seq_lens, scale, splits, num_warps, num_stages)
 
 
@@ -226,8 +244,7 @@ def triton_decode(q, k_pool, v_pool, k_index, v_index, seq_lens, scale: float, s
         _nonempty(v_pool.dense), _nonempty(v_pool.values), _nonempty(v_pool.meta),
         k_index.contiguous(), v_index.contiguous(), seq_lens.to(torch.int32).contiguous(),
         o_part, lse_part, scale * LOG2E, max_blocks, splits,
-        H_KV=h_kv, G=g, BLOCK_H=max(16, _next_pow2(g)), D=d,
-        K_MODE=_pool_kinds(k_pool), V_MODE=_pool_kinds(v_pool), PRMT=q.is_cuda,
+        **_decode_constexprs(h_kv, g, d, _pool_kinds(k_pool), _pool_kinds(v_pool), q.is_cuda),
         num_warps=num_warps, num_stages=num_stages)
     return _combine(q, o_part, lse_part, splits)
 
@@ -521,4 +538,5 @@ def _tilelang_compress(blocks, operand: str, slots, values, meta, loss) -> None:
 
 
 __all__ = ["tilelang_available", "triton_available", "decode_supported", "decode_attention", "prefill_supported",
-           "prefill_attention", "streaming_supported", "streaming_attention", "compress_magnitude", "default_splits"]
+           "prefill_attention", "streaming_supported", "streaming_attention", "compress_magnitude", "triton_decode_splits",
+           "cuda_decode_splits"]

@@ -106,6 +106,18 @@ def test_cuda_decode_split_choice():
     assert 1 <= gpu.cuda_decode_splits(8, 8, 512, q) <= 512
 
 
+def test_triton_decode_split_choice():
+    """The Triton decode's default splits come from the compiled variant's residency (CUDA's occupancy
+    calculator on the warm-up compile) and stay within the blocks."""
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(0)
+    k_pool, v_pool, k_index, *_ = make_case(8, 8, 128, [32768] * 8, 1.0, 1.0, torch.bfloat16, gen, "cuda")
+    q = torch.zeros(8, 32, 128, dtype=torch.bfloat16, device="cuda")
+    splits = gpu.triton_decode_splits(8, k_index.shape[2], q, k_pool, v_pool, 8, 2, 2)
+    assert 1 <= splits <= k_index.shape[2]
+    assert gpu.triton_decode_splits(8, k_index.shape[2], q, k_pool, v_pool, 8, 2, 2) == splits  # cached, stable
+
+
 def test_decode_default_splits_and_dispatch():
     """The automatic path (default split count, combine kernel) on a 32K-context Llama-shaped batch."""
     gen = torch.Generator(device="cuda")
