@@ -275,8 +275,9 @@ def bench_question(prefix: int, t: int) -> None:
                                                        D ** -0.5, splits=n, heads=h)
         one = timeit(run(1, 1), iters=20)
         for heads in (1, None):
-            hg, tiles = gpu.prefill_tiles(t, H_Q, H_KV, gpu.prefill_launch(D)[0], heads)
-            auto = gpu.prefill_split_plan(tiles * H_Q // hg, prefix // 64, q.device)[0]
+            hg = gpu.prefill_tiles(t, H_Q, H_KV, gpu.prefill_launch(D)[0], heads)[0]
+            programs = gpu.prefill_programs(t, H_Q, H_KV, gpu.prefill_launch(D)[0], heads)
+            auto = gpu.prefill_split_plan(programs, prefix // 64, q.device)[0]
             for n in (1, auto):
                 ms = one if (heads, n) == (1, 1) else timeit(run(heads, n), iters=20)
                 print(f"| {sk}/{sv} | {hg} | {n} | {ms:.3f} | {cudnn / ms:.2f}x | {one / ms:.2f}x |", flush=True)
@@ -300,8 +301,7 @@ def bench_densify(prefix: int, lengths) -> None:
             run = lambda on: lambda: gpu.triton_prefill(q, k, v, k_pool, v_pool, k_idx, v_idx, prefix,  # noqa: E731
                                                         D ** -0.5, densify=on)
             off, on = timeit(run(False), iters=20), timeit(run(True), iters=20)
-            hg, tiles = gpu.prefill_tiles(t, H_Q, H_KV, gpu.prefill_launch(D)[0])
-            readers = tiles * (H_Q // H_KV) // hg
+            readers = gpu.prefill_programs(t, H_Q, H_KV, gpu.prefill_launch(D)[0]) // H_KV
             auto = gpu.prefill_densify(readers, 3 in gpu._entry_kinds(k_idx, v_idx, prefix // 64), H_KV, prefix // 64, D, 2)
             print(f"| {sk}/{sv} | {t} | {readers} | {off:.3f} | {on:.3f} | {off / on:.2f}x | {'on' if auto else 'off'} |",
                   flush=True)

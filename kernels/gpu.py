@@ -332,6 +332,13 @@ def prefill_tiles(t: int, h_q: int, h_kv: int, block_m: int = 128, heads: int | 
     return heads, -(-t // (block_m // heads))
 
 
+def prefill_programs(t: int, h_q: int, h_kv: int, block_m: int = 128, heads: int | None = None) -> int:
+    """Programs of one prefix split of the Triton prefill (query tiles x head groups); each prefix block
+    is read by ``prefill_programs / h_kv`` of them."""
+    hg, tiles = prefill_tiles(t, h_q, h_kv, block_m, heads)
+    return tiles * h_q // hg
+
+
 def triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len: int, scale: float,
                    block_m: int | None = None, num_warps: int | None = None, num_stages: int | None = None,
                    select: bool = False, out=None, lse=None, splits: int | None = None, chunk_n: int | None = None,
@@ -366,13 +373,13 @@ def triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len: int, s
     lse = torch.empty(t, h_q, dtype=torch.float32, device=q.device) if lse is None else lse
     used = -(-prefix_len // BLOCK_SIZE)
     k_mode, v_mode = _entry_kinds(k_index, v_index, used)
+    programs = prefill_programs(t, h_q, h_kv, block_m, hg)
     if densify is None:
-        densify = prefill_densify(tiles * (h_q // h_kv) // hg, DENSE | SPARSE in (k_mode, v_mode), h_kv, used, d,
-                                  q.element_size())
+        densify = prefill_densify(programs // h_kv, DENSE | SPARSE in (k_mode, v_mode), h_kv, used, d, q.element_size())
     if densify and (k_mode | v_mode) & SPARSE:
         k_pool, v_pool, k_index, v_index = _densified(k_pool, v_pool, k_index, v_index, used, k_mode, v_mode, q.is_cuda)
         k_mode = v_mode = DENSE
-    splits, per_split = prefill_split_plan(tiles * h_q // hg, prefix_len // BLOCK_SIZE, q.device, splits)
+    splits, per_split = prefill_split_plan(programs, prefix_len // BLOCK_SIZE, q.device, splits)
     part_out, part_lse = (out, lse) if splits == 1 else (
         torch.empty(t, h_q, splits, d, dtype=torch.float32, device=q.device),
         torch.empty(t, h_q, splits, dtype=torch.float32, device=q.device))

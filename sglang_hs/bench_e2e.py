@@ -95,7 +95,7 @@ def decode_tpot(runs: list[dict]) -> float:
     start = max(r["stamps"][0] for r in runs)
     per_token = []
     for r in runs:
-        events = list(zip(r["stamps"], r.get("tokens") or range(1, len(r["stamps"]) + 1)))
+        events = list(zip(r["stamps"], r["tokens"]))
         for (a, n_a), (b, n_b) in zip(events, events[1:]):
             if a >= start and n_b > n_a:
                 per_token += [(b - a) / (n_b - n_a)] * (n_b - n_a)

@@ -40,10 +40,10 @@ def test_report_ratios():
 
 def test_decode_tpot_counts_only_gaps_after_every_first_token():
     # request a decodes between b's prefill chunks (gaps of 1.0), then both decode (gaps of 0.1)
-    a = {"stamps": [0.0, 1.0, 2.0, 2.1, 2.2, 2.3]}
-    b = {"stamps": [2.0, 2.1, 2.2, 2.3]}
+    a = {"stamps": [0.0, 1.0, 2.0, 2.1, 2.2, 2.3], "tokens": [1, 2, 3, 4, 5, 6]}
+    b = {"stamps": [2.0, 2.1, 2.2, 2.3], "tokens": [1, 2, 3, 4]}
     assert abs(decode_tpot([a, b]) - 0.1) < 1e-9
-    assert math.isnan(decode_tpot([{"stamps": [0.0]}, {"stamps": [1.0]}]))
+    assert math.isnan(decode_tpot([{"stamps": [0.0], "tokens": [1]}, {"stamps": [1.0], "tokens": [1]}]))
 
 
 def test_decode_tpot_divides_events_of_several_tokens():
