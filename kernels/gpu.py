@@ -398,26 +398,36 @@ def triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len: int, s
 
 
 def _densified(k_pool, v_pool, k_index, v_index, used: int, k_mode: int, v_mode: int, prmt: bool):
-    """Pools holding the first ``used`` blocks of every KV head dense, at slot ``h * used + j``, and
-    their index maps (``triton_prefill.densify_kernel``)."""
+    """``(k_pool, v_pool, k_index, v_index)`` with each operand that has 2:4 blocks replaced by a pool
+    holding its first ``used`` blocks of every KV head dense, at slot ``h * used + j``, and that index
+    map (``triton_prefill.densify_kernel``); an all-dense operand is kept as it is."""
     from . import triton_prefill as tp
+    from .triton_blocks import DENSE
 
-    h_kv = k_index.shape[0]
-    k_out = torch.empty(h_kv * used, BLOCK_SIZE, k_pool.head_dim, dtype=k_pool.dtype, device=k_pool.dense.device)
-    v_out = torch.empty_like(k_out)
+    h_kv, nb = k_index.shape
+    device = k_pool.dense.device
+    shape = (h_kv * used, BLOCK_SIZE, k_pool.head_dim)
+    k_out = torch.empty(shape if k_mode != DENSE else (1, *shape[1:]), dtype=k_pool.dtype, device=device)
+    v_out = torch.empty(shape if v_mode != DENSE else (1, *shape[1:]), dtype=v_pool.dtype, device=device)
     tp.densify_kernel[(used, h_kv)](
         _nonempty(k_pool.dense), _nonempty(k_pool.values), _nonempty(k_pool.meta),
         _nonempty(v_pool.dense), _nonempty(v_pool.values), _nonempty(v_pool.meta),
-        k_index.contiguous(), v_index.contiguous(), k_out, v_out, k_index.shape[1], used,
+        k_index.contiguous(), v_index.contiguous(), k_out, v_out, nb, used,
         D=k_pool.head_dim, K_MODE=k_mode, V_MODE=v_mode, PRMT=prmt, num_warps=4)
-    index = (torch.arange(h_kv, dtype=torch.int32, device=k_out.device)[:, None] * used
-             + torch.arange(used, dtype=torch.int32, device=k_out.device)[None, :])
-    pools = []
-    for operand, x in (("k", k_out), ("v", v_out)):
-        values_shape, meta_shape = sparse_shapes(operand, x.shape[-1])
-        pools.append(BlockPool(operand, x, x.new_empty((0, *values_shape)),
-                               torch.empty((0, *meta_shape), dtype=META_DTYPE, device=x.device)))
-    return pools[0], pools[1], index, index
+    # the same width as the kept map: the prefill reads both with one row stride
+    index = torch.zeros(h_kv, nb, dtype=torch.int32, device=device)
+    index[:, :used] = (torch.arange(h_kv, dtype=torch.int32, device=device)[:, None] * used
+                       + torch.arange(used, dtype=torch.int32, device=device)[None, :])
+    out = []
+    for pool, idx, mode, x in ((k_pool, k_index, k_mode, k_out), (v_pool, v_index, v_mode, v_out)):
+        if mode == DENSE:
+            out.append((pool, idx))
+            continue
+        values_shape, meta_shape = sparse_shapes(pool.operand, x.shape[-1])
+        out.append((BlockPool(pool.operand, x, x.new_empty((0, *values_shape)),
+                              torch.empty((0, *meta_shape), dtype=META_DTYPE, device=device)), index))
+    (k_pool, k_index), (v_pool, v_index) = out
+    return k_pool, v_pool, k_index, v_index
 
 
 def streaming_supported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:

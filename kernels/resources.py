@@ -122,6 +122,7 @@ def variants() -> list[Variant]:
                                    dict(H_KV=8, G=4, D=d, BLOCK_M=prefill_rows, K_MODE=k_mode, V_MODE=v_mode, PRMT=True,
                                         SELECT=False, SPLIT=split, CHUNK_N=gpu.prefill_chunk_n(1, prefill_rows),
                                         HG=hg, PREFIX_N=64), prefill_warps, prefill_stages))
+        for k_mode, v_mode in ((1, 2), (2, 2), (3, 3)):  # launched only when an operand has 2:4 blocks
             out.append(Variant(f"densify d{d} K{k_mode} V{v_mode}", "triton_prefill", "densify_kernel",
                                {**dict.fromkeys(("k_dense", "k_vals", "v_dense", "v_vals", "k_out", "v_out"), "*bf16"),
                                 "k_meta": "*i16", "v_meta": "*i16", "k_index": "*i32", "v_index": "*i32",

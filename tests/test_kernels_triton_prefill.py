@@ -38,6 +38,7 @@ DENSIFY = [
     (70, 4, 1, 64, 250, 1.0, 1.0, 128, False, None, 64, None),
     (64, 8, 2, 64, 1000, 0.5, 0.5, 64, False, 4, 64, None),
     (33, 16, 2, 256, 64, 0.0, 1.0, 64, False, None, 64, None),
+    (64, 8, 8, 64, 129, 1.0, 0.0, 64, False, None, 64, None),
 ]
 
 # dense prefixes two blocks per key tile (prefix_n 128): even and odd block counts, splits, a densified prefix
