@@ -1,13 +1,13 @@
 """CUDA entry points: the GPU kernels behind the reference's signatures, chosen automatically.
 
 ``decode_attention`` has the reference's signature (``hs_kernels.attention.decode_attention``) and
-returns the same results; it runs the Triton kernel (``triton_decode``) when the inputs are CUDA
-float16/bfloat16 tensors with a supported shape, else the reference.
+returns the same results; on CUDA float16/bfloat16 inputs of a supported shape it runs the CUDA kernel
+on the sparse tensor cores (``cuda_decode``) where ``cuda_decode_supported``, else the Triton kernel
+(``triton_decode``); anything else runs the reference.
 ``prefill_attention`` likewise runs the Triton prefill kernel (``triton_prefill``); the TileLang
 Trans-Both kernel on sparse tensor cores (``tl_prefill``) is slower so far and only benchmarked.
 ``streaming_attention`` (sink + window, the streaming groups) runs ``triton_stream``.
-``decode_attention(..., kernel="cuda")`` runs the CUDA kernel on the sparse tensor cores instead
-(``cuda_decode``, opt-in). ``compress_magnitude`` is the fused pruner + compressor (Triton
+``compress_magnitude`` is the fused pruner + compressor (Triton
 ``triton_compress``; the TileLang ``tl_compress`` on request), with a PyTorch fallback. ``triton``
 and ``tilelang`` are imported lazily, only on CUDA: this module imports on any machine. Kernels are
 compiled once per (heads, head_dim, dtype, pool kinds) and cached per process; the batch, context
@@ -31,6 +31,7 @@ from .pruner import block_loss, element_mask
 _DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
 _HEAD_DIMS = (64, 128, 256)
 _MAX_GROUP = 64
+DECODE_KERNELS = ("auto", "triton", "cuda")
 
 
 def _gpu_allowed() -> bool:
@@ -84,30 +85,21 @@ def cuda_decode_splits(batch: int, h_kv: int, max_blocks: int, q: torch.Tensor) 
     """Default split count of the CUDA decode: ``wave_splits`` with the built kernel's residency."""
     from . import cuda_decode as cd
 
-    sms = torch.cuda.get_device_properties(q.device).multi_processor_count
-    return wave_splits(batch * h_kv, max_blocks, sms * cd.resident_per_sm(q.shape[-1], q.dtype))
-
-
-def triton_decode_splits(batch: int, max_blocks: int, q: torch.Tensor, k_pool: BlockPool, v_pool: BlockPool,
-                         h_kv: int, num_warps: int, num_stages: int) -> int:
-    """Default split count of the Triton decode: ``wave_splits`` with the compiled variant's residency."""
-    sms = torch.cuda.get_device_properties(q.device).multi_processor_count
-    resident = _triton_decode_resident(q.dtype, k_pool.meta.dtype, h_kv, q.shape[1] // h_kv, q.shape[-1],
-                                       _pool_kinds(k_pool), _pool_kinds(v_pool), num_warps, num_stages)
-    return wave_splits(batch * h_kv, max_blocks, sms * resident)
+    return wave_splits(batch * h_kv, max_blocks, _sm_count(q.device) * cd.resident_per_sm(q.shape[-1], q.dtype))
 
 
 @functools.lru_cache(maxsize=None)
-def _triton_decode_resident(dtype, meta_dtype, h_kv: int, g: int, d: int, k_mode: int, v_mode: int,
-                            num_warps: int, num_stages: int) -> int:
-    from . import triton_decode as td
-    from .occupancy import resident_per_sm
+def _sm_count(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count
 
-    i32, f32 = torch.int32, torch.float32  # pointers as dtypes: Triton's warm-up compiles without tensors
-    compiled = td.decode_kernel.warmup(dtype, dtype, dtype, meta_dtype, dtype, dtype, meta_dtype, i32, i32, i32, f32, f32,
-                                       1.0, 64, 2, grid=(1,), **_decode_constexprs(h_kv, g, d, k_mode, v_mode, True),
-                                       num_warps=num_warps, num_stages=num_stages)
-    return resident_per_sm(compiled)
+
+def triton_decode_splits(batch: int, h_kv: int, max_blocks: int, sms: int) -> int:
+    """Default split count of the Triton decode: about 4 programs per SM over all (split, KV head,
+    sequence), at least 8 blocks per split. The H200's sweeps at B=8, 32K (kernels/BENCHMARKS.md) put 8
+    splits at or within 1 % of the best; ``wave_splits`` with the compiled kernel's residency picked 10,
+    which ran 27 % slower at S = 1/1 (eighth session)."""
+    splits = max(1, (4 * sms) // max(1, batch * h_kv))
+    return max(1, min(splits, max(1, max_blocks // 8)))
 
 
 def _decode_constexprs(h_kv: int, g: int, d: int, k_mode: int, v_mode: int, prmt: bool) -> dict:
@@ -119,7 +111,7 @@ def prefill_splits(programs: int, full_blocks: int, device: torch.device) -> int
     programs per SM, at least 16 full blocks (1024 keys) per split; 1 when the chunk fills the GPU."""
     if device.type != "cuda":
         return 1
-    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    sms = _sm_count(device)
     if programs >= 2 * sms:
         return 1
     return max(1, min(-(-2 * sms // programs), full_blocks // 16))
@@ -164,16 +156,16 @@ def cuda_decode_supported(q: torch.Tensor, k_index: torch.Tensor) -> bool:
 def decode_attention(q: torch.Tensor, k_pool: BlockPool, v_pool: BlockPool,
                      k_index: torch.Tensor, v_index: torch.Tensor, seq_lens: torch.Tensor,
                      sm_scale: float | None = None, num_splits: int | None = None,
-                     num_warps: int = 2, num_stages: int = 2, kernel: str = "triton") -> tuple[torch.Tensor, torch.Tensor]:
-    """``hs_kernels.attention.decode_attention`` on the Triton kernel where supported (see module doc).
+                     num_warps: int = 2, num_stages: int = 2, kernel: str = "auto") -> tuple[torch.Tensor, torch.Tensor]:
+    """``hs_kernels.attention.decode_attention`` on a GPU kernel where supported (see module doc).
 
-    ``num_splits`` (optional) overrides the split-KV count; ``num_warps`` / ``num_stages`` are the
-    Triton kernel's launch options. ``kernel="cuda"``: the CUDA kernel on the sparse tensor cores
-    (``cuda_decode``) where ``cuda_decode_supported``, else Triton. No host synchronisation on the GPU
-    path (seq_lens are not range-checked there: they must lie in ``[1, 64 * max_blocks]``).
+    ``kernel``: "auto" (the CUDA kernel where ``cuda_decode_supported``, else Triton), "cuda" (raises
+    ValueError where not supported) or "triton". ``num_splits`` (optional) overrides the split-KV count;
+    ``num_warps`` / ``num_stages`` are the Triton kernel's launch options. No host synchronisation on the
+    GPU path (seq_lens are not range-checked there: they must lie in ``[1, 64 * max_blocks]``).
     """
-    if kernel not in ("triton", "cuda"):
-        raise ValueError(f"kernel must be 'triton' or 'cuda', got {kernel!r}")
+    if kernel not in DECODE_KERNELS:
+        raise ValueError(f"kernel must be one of {', '.join(DECODE_KERNELS)}, got {kernel!r}")
     if not decode_supported(q, k_pool, v_pool, k_index):
         return _ref.decode_attention(q, k_pool, v_pool, k_index, v_index, seq_lens, sm_scale)
     batch, h_q, d = q.shape
@@ -183,10 +175,16 @@ def decode_attention(q: torch.Tensor, k_pool: BlockPool, v_pool: BlockPool,
     if seq_lens.shape != (batch,):
         raise ValueError(f"seq_lens must have shape [{batch}], got {list(seq_lens.shape)}")
     scale = _ref._scale(sm_scale, q)
-    if kernel == "cuda" and cuda_decode_supported(q, k_index):
+    use_cuda = kernel != "triton" and cuda_decode_supported(q, k_index)
+    if kernel == "cuda" and not use_cuda:
+        from . import cuda_decode as cd
+
+        raise ValueError(f"kernel='cuda' needs nvcc and head_dim in {cd.HEAD_DIMS} with at most {cd.MAX_GROUP} "
+                         f"query heads per KV head, got head_dim {d} and {h_q // h_kv}")
+    if use_cuda:
         splits = num_splits or cuda_decode_splits(batch, h_kv, max_blocks, q)
         return cuda_decode(q, k_pool, v_pool, k_index, v_index, seq_lens, scale, splits)
-    splits = num_splits or triton_decode_splits(batch, max_blocks, q, k_pool, v_pool, h_kv, num_warps, num_stages)
+    splits = num_splits or triton_decode_splits(batch, h_kv, max_blocks, _sm_count(q.device))
     return triton_decode(q, k_pool, v_pool, k_index, v_index, seq_lens, scale, splits, num_warps, num_stages)
 
 
@@ -280,6 +278,13 @@ def prefill_chunk_n(prefix_len: int, block_m: int) -> int:
     return 128 if prefix_len == 0 and block_m >= 128 else 64
 
 
+def prefill_prefix_n(block_m: int) -> int:
+    """Default keys per tile of a dense or densified prefix: two blocks (128) where the query tile has 128
+    rows (on the H200, 4 x 8K chunked: 21.3 -> 19.8 ms over a dense prefix, 23.1 -> 20.6 over a densified
+    2:4 one; kernels/BENCHMARKS.md, eighth session), else one."""
+    return 128 if block_m >= 128 else 64
+
+
 def prefill_densify(readers: int, mixed: bool, h_kv: int, used: int, head_dim: int, itemsize: int) -> bool:
     """Default of ``densify`` for a prefix with 2:4 blocks (``mixed``: K's or V's entries both dense
     and sparse): when at least ``DENSIFY_MIN_READERS`` programs read each prefix block (query tiles x
@@ -293,7 +298,7 @@ def prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                       prefix_len: int, sm_scale: float | None = None, block_m: int | None = None,
                       num_warps: int | None = None, num_stages: int | None = None, select: bool = False,
                       chunk_n: int | None = None, heads: int | None = None, densify: bool | None = None,
-                      prefix_n: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
+                      prefix_n: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """``hs_kernels.attention.prefill_attention`` on the Triton kernel (``triton_prefill``) where
     supported (CUDA float16/bfloat16, head_dim 64/128/256), else the reference. ``block_m`` (query
     rows per program, 64 or 128), ``num_warps``, ``num_stages``, ``select``, ``chunk_n``, ``heads``,
@@ -342,7 +347,7 @@ def prefill_programs(t: int, h_q: int, h_kv: int, block_m: int = 128, heads: int
 def triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len: int, scale: float,
                    block_m: int | None = None, num_warps: int | None = None, num_stages: int | None = None,
                    select: bool = False, out=None, lse=None, splits: int | None = None, chunk_n: int | None = None,
-                   heads: int | None = None, densify: bool | None = None, prefix_n: int = 64):
+                   heads: int | None = None, densify: bool | None = None, prefix_n: int | None = None):
     """Launch the Triton prefill on checked inputs (also under Triton's CPU interpreter, as
     ``triton_decode``). The kernel variant follows the prefix's entries: all dense, all sparse or
     mixed (``select``: the mixed variant picks a block's copy by a select, not a branch).
@@ -354,7 +359,7 @@ def triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len: int, s
     2:4 blocks, copy its used blocks into a dense scratch pool first (``triton_prefill.densify_kernel``;
     transient memory: the prefix's K and V, dense) and run the dense variant on it (default
     ``prefill_densify``). ``prefix_n``: keys per tile of a dense prefix (64, or 128: two blocks, at most
-    ``block_m``; a prefix with 2:4 blocks, unless densified, takes 64). Launch options left None take
+    ``block_m``; default ``prefill_prefix_n``; a prefix with 2:4 blocks, unless densified, takes 64). Launch options left None take
     ``prefill_launch``'s defaults for the head_dim."""
     from . import triton_prefill as tp
     from .triton_blocks import DENSE, LOG2E, SPARSE
@@ -366,6 +371,7 @@ def triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len: int, s
     chunk_n = prefill_chunk_n(prefix_len, block_m) if chunk_n is None else chunk_n
     if chunk_n not in (64, 128) or chunk_n > block_m:
         raise ValueError(f"chunk_n must be 64 or 128 and at most block_m ({block_m}), got {chunk_n}")
+    prefix_n = prefill_prefix_n(block_m) if prefix_n is None else prefix_n
     if prefix_n not in (64, 128) or prefix_n > block_m:
         raise ValueError(f"prefix_n must be 64 or 128 and at most block_m ({block_m}), got {prefix_n}")
     hg, tiles = prefill_tiles(t, h_q, h_kv, block_m, heads)

@@ -62,6 +62,8 @@ CASES = [
     (16, 2, 64, torch.bfloat16, 77, 129, 0.0, 1.0, {"densify": True, "splits": 2}),
     (32, 8, 128, torch.bfloat16, 1000, 3000, 0.5, 0.5, {"densify": False}),  # long chunk, unpacked in place
     (32, 8, 128, torch.bfloat16, 200, 0, 0.0, 0.0, {"chunk_n": 64}),     # no prefix, 64-key tiles
+    (32, 8, 128, torch.bfloat16, 300, 1280, 0.0, 0.0, {"prefix_n": 64}),  # dense prefix, one block per tile
+    (32, 8, 128, torch.bfloat16, 1000, 3000, 0.5, 0.5, {"prefix_n": 64, "densify": True}),
     (32, 8, 128, torch.bfloat16, 300, 1280, 0.0, 0.0, {"prefix_n": 128}),  # dense prefix, two blocks per tile
     (32, 8, 128, torch.bfloat16, 300, 1000, 0.0, 0.0, {"prefix_n": 128}),  # odd block count, partial block
     (16, 2, 64, torch.bfloat16, 64, 4000, 0.0, 0.0, {"prefix_n": 128, "splits": 5}),
