@@ -267,8 +267,9 @@ def prefill_launch(head_dim: int) -> tuple[int, int, int]:
 
 
 # programs reading each prefix block from which copying a 2:4 prefix dense first pays, measured on the H200
-# (kernels/BENCHMARKS.md): a prefix mixing dense and sparse blocks from 4, an all-sparse one from 32
-DENSIFY_MIN_READERS = {"mixed": 4, "sparse": 32}
+# with the densified prefix read two blocks per key tile (kernels/BENCHMARKS.md, eighth session): a prefix
+# mixing dense and sparse blocks from 4 (2: 0.75x, 4: 1.26x), an all-sparse one from 8 (4: 0.79x, 8: 1.16x)
+DENSIFY_MIN_READERS = {"mixed": 4, "sparse": 8}
 DENSIFY_MAX_BYTES = 1 << 30  # the transient dense copy of one call's prefix (K and V) at most
 
 
