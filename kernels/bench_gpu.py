@@ -38,7 +38,7 @@ def bench(fn):
     return triton.testing.do_bench(fn, warmup=10, rep=60, return_mode="median")
 
 
-def decode_inputs(batch, ctx, s_k, s_v, gen, sparse_slots=0):
+def decode_inputs(batch, ctx, s_k, s_v, gen, sparse_slots=0, h_kv=H_KV, d=D, dt=DT):
     """Pools and index maps with the pruner's layout: block 0 and the last 4 blocks dense, a fraction
     S of the others sparse (every KV head and sequence alike); slots contiguous per (seq, head).
     A pool gets at least ``sparse_slots`` sparse slots (unused ones make the kernel take its mixed path)."""
@@ -50,12 +50,12 @@ def decode_inputs(batch, ctx, s_k, s_v, gen, sparse_slots=0):
         n_sparse = math.floor(s * int(eligible.sum()) + 0.5)
         sparse = torch.zeros(nb, dtype=torch.bool)
         sparse[torch.nonzero(eligible).flatten()[:n_sparse]] = True
-        nd, ns = batch * H_KV * (nb - n_sparse), batch * H_KV * n_sparse
+        nd, ns = batch * h_kv * (nb - n_sparse), batch * h_kv * n_sparse
         alloc_ns = max(ns, sparse_slots)
-        vshape = (BLOCK_SIZE, D // 2) if operand == "k" else (D, BLOCK_SIZE // 2)
-        mshape = (BLOCK_SIZE, D // 16) if operand == "k" else (D, BLOCK_SIZE // 16)
-        dense = torch.randn(max(nd, 1), BLOCK_SIZE, D, generator=gen, device="cuda").to(DT)
-        values = torch.randn(alloc_ns, *vshape, generator=gen, device="cuda").to(DT)
+        vshape = (BLOCK_SIZE, d // 2) if operand == "k" else (d, BLOCK_SIZE // 2)
+        mshape = (BLOCK_SIZE, d // 16) if operand == "k" else (d, BLOCK_SIZE // 16)
+        dense = torch.randn(max(nd, 1), BLOCK_SIZE, d, generator=gen, device="cuda").to(dt)
+        values = torch.randn(alloc_ns, *vshape, generator=gen, device="cuda").to(dt)
         nibbles = torch.tensor([4, 8, 12, 9, 13, 14], device="cuda")  # the six valid (idx0, idx1)
         pick = nibbles[torch.randint(0, 6, (alloc_ns, *mshape, 4), generator=gen, device="cuda")]
         meta = (pick << torch.arange(0, 16, 4, device="cuda")).sum(-1).to(torch.int32)
@@ -63,13 +63,13 @@ def decode_inputs(batch, ctx, s_k, s_v, gen, sparse_slots=0):
         from hs_kernels.pool import BlockPool
 
         pool = BlockPool(operand, dense, values, meta)
-        rows = torch.arange(batch * H_KV).view(batch, H_KV, 1)
+        rows = torch.arange(batch * h_kv).view(batch, h_kv, 1)
         d_rank = torch.cumsum(~sparse, 0) - 1
         s_rank = torch.cumsum(sparse, 0) - 1
         index = torch.where(sparse, ~(rows * n_sparse + s_rank), rows * (nb - n_sparse) + d_rank)
         out += [pool, index.to(torch.int32).cuda()]
-        nbytes += nd * BLOCK_SIZE * D * 2 + ns * (BLOCK_SIZE * D // 2 * 2 + BLOCK_SIZE * D // 16 * 2)
-        nbytes += batch * H_KV * nb * 4
+        nbytes += nd * BLOCK_SIZE * d * 2 + ns * (BLOCK_SIZE * d // 2 * 2 + BLOCK_SIZE * d // 16 * 2)
+        nbytes += batch * h_kv * nb * 4
     k_pool, k_index, v_pool, v_index = out
     return k_pool, v_pool, k_index, v_index, nbytes
 
@@ -111,9 +111,13 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--decode-only", action="store_true", help="skip prefill and compression")
     ap.add_argument("--compress-only", action="store_true", help="skip decode")
+    ap.add_argument("--kernel-choice", action="store_true",
+                    help="only the decode entry point's kernels (Triton, CUDA, auto) at default launch across shapes")
     args = ap.parse_args()
     if args.prebuild:
         return prebuild()
+    if args.kernel_choice:
+        return kernel_choice()
     gen = torch.Generator(device="cuda")
     gen.manual_seed(0)
     b, ctx = args.batch, args.ctx
@@ -143,26 +147,26 @@ def decode_rows(rows, gen, b, ctx, quick):
 
     settings = [(0, 0), (1, 1)] if quick else [(0, 0), (0.5, 0), (1, 0), (0, 0.5), (0, 1), (0.5, 0.5), (1, 1)]
     sl = torch.full((b,), ctx, dtype=torch.int32, device="cuda")
-    default = gpu.default_splits(b, H_KV, ctx // BLOCK_SIZE, q.device)
-    tuning = [{"num_splits": n} for n in (12, 16, 24) if n != default] + [
-        {"num_stages": 3}, {"num_warps": 4}, {"num_warps": 8}]
+    tuning = [{"num_splits": n} for n in (8, 10, 12, 16, 24)] + [{"num_stages": 3}, {"num_warps": 4}, {"num_warps": 8}]
     scale = 1.0 / math.sqrt(D)
     for s_k, s_v in settings:
         for mixed in ((False, True) if (s_k, s_v) == (0, 0) else (False,)):
             k_pool, v_pool, k_index, v_index, nbytes = decode_inputs(b, ctx, s_k, s_v, gen, sparse_slots=int(mixed))
-            variants = [{}] if (s_k, s_v) not in ((0, 0), (1, 1)) or quick or mixed else [{}, *tuning]
+            default = gpu.triton_decode_splits(b, H_KV, ctx // BLOCK_SIZE, torch.cuda.get_device_properties().multi_processor_count)
+            variants = [{}] if (s_k, s_v) not in ((0, 0), (1, 1)) or quick or mixed else [
+                {}, *[o for o in tuning if o.get("num_splits") != default]]
             for opts in variants:
                 splits = opts.get("num_splits", default)
                 launch = {k: v for k, v in opts.items() if k != "num_splits"}
                 ms = bench(lambda: gpu.triton_decode(q, k_pool, v_pool, k_index, v_index, sl, scale, splits, **launch))
                 label = (f"ours S_K={s_k} S_V={s_v}" + (" (mixed kernel)" if mixed else "")
-                         + "".join(f" {k.replace('num_', '')}={v}" for k, v in opts.items()))
+                         + ("".join(f" {k.replace('num_', '')}={v}" for k, v in opts.items()) or f" (splits {default})"))
                 rows.append((f"decode B={b} {ctx // 1024}K", label, ms, nbytes / ms / 1e6, base / ms))
             if cuda_decode.available() and not mixed:
-                cuda_default = gpu.default_splits(b, H_KV, ctx // BLOCK_SIZE, q.device, per_sm=16)
+                cuda_default = gpu.cuda_decode_splits(b, H_KV, ctx // BLOCK_SIZE, q)
                 err = rel_err(gpu.cuda_decode(q, k_pool, v_pool, k_index, v_index, sl, scale, cuda_default)[0],
                               gpu.triton_decode(q, k_pool, v_pool, k_index, v_index, sl, scale, default)[0])
-                for n in [cuda_default] + ([] if quick else [x for x in (16, 24, 48) if x != cuda_default]):
+                for n in [cuda_default] + ([] if quick else [x for x in (8, 12, 16, 24, 48) if x != cuda_default]):
                     ms = bench(lambda: gpu.cuda_decode(q, k_pool, v_pool, k_index, v_index, sl, scale, n))
                     rows.append((f"decode B={b} {ctx // 1024}K", f"ours CUDA mma.sp S_K={s_k} S_V={s_v} splits={n}"
                                  + (f" (vs Triton {err:.0e})" if n == cuda_default else ""), ms, nbytes / ms / 1e6, base / ms))
@@ -170,6 +174,48 @@ def decode_rows(rows, gen, b, ctx, quick):
                 ms = bench(lambda: gpu.decode_attention(q, k_pool, v_pool, k_index, v_index, sl))
                 rows.append((f"decode B={b} {ctx // 1024}K", f"ours S_K={s_k} S_V={s_v} via decode_attention", ms,
                              nbytes / ms / 1e6, base / ms))
+            del k_pool, v_pool
+
+
+CHOICE_SHAPES = [  # (batch, context, query heads, KV heads, head_dim, dtype)
+    (1, 4096, 32, 8, 128, torch.bfloat16), (1, 32768, 32, 8, 128, torch.bfloat16),
+    (1, 131072, 32, 8, 128, torch.bfloat16), (8, 8192, 32, 8, 128, torch.bfloat16),
+    (32, 32768, 32, 8, 128, torch.bfloat16), (64, 4096, 32, 8, 128, torch.bfloat16),
+    (8, 32768, 32, 8, 128, torch.float16), (8, 32768, 28, 4, 128, torch.bfloat16),  # G 7 (Qwen2-7B)
+    (8, 32768, 64, 8, 128, torch.bfloat16), (8, 32768, 9, 3, 64, torch.bfloat16),  # G 8; SmolLM2's G 3, d 64
+]
+
+
+def kernel_choice():
+    """The decode entry point's two kernels at their default launch, and what ``kernel="auto"`` runs,
+    across batch, context, GQA ratio, head_dim and dtype; one markdown table."""
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(0)
+    sms = torch.cuda.get_device_properties().multi_processor_count
+    print(f"\n{torch.cuda.get_device_name()}, torch {torch.__version__}; decode at default launch, ms (x cuDNN)")
+    print("| B | context | heads q/kv | d | dtype | S_K/S_V | cuDNN | Triton | CUDA | auto | CUDA / Triton |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for b, ctx, h_q, h_kv, d, dt in CHOICE_SHAPES:
+        q = torch.randn(b, h_q, d, generator=gen, device="cuda").to(dt)
+        kd = torch.randn(b, h_kv, ctx, d, generator=gen, device="cuda").to(dt)
+        vd = torch.randn(b, h_kv, ctx, d, generator=gen, device="cuda").to(dt)
+        with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+            base = bench(lambda: F.scaled_dot_product_attention(q[:, :, None], kd, vd, enable_gqa=True))
+        del kd, vd
+        sl = torch.full((b,), ctx, dtype=torch.int32, device="cuda")
+        scale, nb = 1.0 / math.sqrt(d), ctx // BLOCK_SIZE
+        for s_k, s_v in ((0, 0), (0, 1), (1, 1)):
+            k_pool, v_pool, k_index, v_index, _ = decode_inputs(b, ctx, s_k, s_v, gen, h_kv=h_kv, d=d, dt=dt)
+            tri = bench(lambda: gpu.triton_decode(q, k_pool, v_pool, k_index, v_index, sl, scale,
+                                                  gpu.triton_decode_splits(b, h_kv, nb, sms)))
+            cuda = float("nan")
+            if gpu.cuda_decode_supported(q, k_index):
+                cuda = bench(lambda: gpu.cuda_decode(q, k_pool, v_pool, k_index, v_index, sl, scale,
+                                                     gpu.cuda_decode_splits(b, h_kv, nb, q)))
+            auto = bench(lambda: gpu.decode_attention(q, k_pool, v_pool, k_index, v_index, sl))
+            cells = " | ".join(f"{ms:.4f} ({base / ms:.2f}x)" for ms in (tri, cuda, auto))
+            print(f"| {b} | {ctx} | {h_q}/{h_kv} | {d} | {str(dt)[6:]} | {s_k}/{s_v} | {base:.4f} | {cells} | "
+                  f"{tri / cuda:.2f}x |", flush=True)
             del k_pool, v_pool
 
 

@@ -86,9 +86,10 @@ def kernel_configs(variants) -> list[tuple]:
         spec.loader.exec_module(mod)
         for h_q, h_kv, d, dtype, t, pl, p_k, p_v, chunk_s, knobs in mod.CASES:
             cs = chunk_s or (None, None)
-            cfgs.add((h_q, h_kv, d, P._DTYPES[dtype], _modes_prefix(pl, p_k), _modes_prefix(pl, p_v),
-                      _modes_chunk(t, cs[0]), _modes_chunk(t, cs[1]), knobs.get("rows", P.ROWS), knobs.get("threads", P.THREADS),
-                      P.STAGES, knobs.get("p_major", P.P_MAJOR), knobs.get("softmax", P.SOFTMAX)))
+            ck, cv = _modes_chunk(t, cs[0]), _modes_chunk(t, cs[1])
+            cfgs.add((h_q, h_kv, d, P._DTYPES[dtype], _modes_prefix(pl, p_k), _modes_prefix(pl, p_v), ck, cv,
+                      *P.tile(ck, cv, knobs.get("rows"), knobs.get("threads")), P.STAGES,
+                      knobs.get("p_major", P.P_MAJOR), knobs.get("softmax", P.SOFTMAX)))
         cfgs.add((32, 8, 128, "bfloat16", "mixed", "mixed", "dense", "dense", P.ROWS, P.THREADS, P.STAGES, P.P_MAJOR,
                   P.SOFTMAX))
     for rows, p_major, threads, softmax in variants:
@@ -223,20 +224,27 @@ def bench_triton(q, k, v, chunk: int, configs, add, ref_out) -> None:
         out, _ = one()
         err = rel_err(out, ref_out)
         add(f"Triton one shot, dense {tag}", timeit(one), f"rel.err vs cuDNN {err:.1e}")
-        # densify None: the default (prefill_densify); False: each program unpacks the 2:4 blocks itself
-        runs = [(s, False, None) for s in BENCH_S] + [((0.5, 0.5), True, False), ((1, 1), False, False),
-                                                        ((0, 1), False, False), ((0.5, 0.5), False, False)]
-        for (sk, sv), select, densify in runs:
+        # densify None: the default (prefill_densify); False: each program unpacks the 2:4 blocks itself;
+        # prefix_n None: the default (prefill_prefix_n); 64: a dense (or densified) prefix one block per key tile
+        runs = [(s, False, None, None) for s in BENCH_S] + [
+            ((0.5, 0.5), True, False, None), ((1, 1), False, False, None), ((0, 1), False, False, None),
+            ((0.5, 0.5), False, False, None), ((0, 0), False, None, 64), ((1, 1), False, None, 64),
+            ((0.5, 0.5), False, None, 64)]
+        for (sk, sv), select, densify, prefix_n in runs:
+            if prefix_n == 64 and gpu.prefill_prefix_n(block_m) == 64:
+                continue
             (k_pool, k_idx), (v_pool, v_idx) = _pools_at(k, "k", sk, gen), _pools_at(v, "v", sv, gen)
 
             def chunked():
                 for c0 in range(0, t, chunk):
                     c1 = min(t, c0 + chunk)
                     gpu.prefill_attention(q[c0:c1], k[c0:c1], v[c0:c1], k_pool, v_pool, k_idx[:, :c0 // 64],
-                                          v_idx[:, :c0 // 64], c0, **opts, select=select, densify=densify)
+                                          v_idx[:, :c0 // 64], c0, **opts, select=select, densify=densify,
+                                          prefix_n=prefix_n)
 
             kinds = gpu._entry_kinds(k_idx, v_idx, k_idx.shape[1])
-            how = " select" if select else (" not densified" if densify is False else "")
+            how = (" select" if select else (" not densified" if densify is False else "")) + (
+                f" {prefix_n}-key prefix tiles" if prefix_n else "")
             add(f"Triton chunked {chunk}, S_K={sk} S_V={sv}, kernel {kinds}{how} {tag}", timeit(chunked))
             del k_pool, v_pool
 

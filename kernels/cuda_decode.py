@@ -71,7 +71,19 @@ def library() -> ctypes.CDLL:
     p, i = ctypes.c_void_p, ctypes.c_int
     lib.hs_decode_sp.restype = i
     lib.hs_decode_sp.argtypes = [i, i] + [p] * 12 + [ctypes.c_float] + [i] * 5 + [p]
+    lib.hs_decode_sp_resident.restype = i
+    lib.hs_decode_sp_resident.argtypes = [i, i]
     return lib
+
+
+@functools.lru_cache(maxsize=None)
+def resident_per_sm(head_dim: int, dtype: torch.dtype) -> int:
+    """Programs of the kernel for (head_dim, dtype) that one SM runs at once (CUDA's occupancy
+    calculator on the built kernel: its registers and shared memory)."""
+    n = library().hs_decode_sp_resident(head_dim, int(dtype == torch.bfloat16))
+    if n <= 0:
+        raise RuntimeError(f"hs_decode_sp_resident failed for head_dim {head_dim}, {dtype}")
+    return n
 
 
 def _ptr(x: torch.Tensor) -> int:

@@ -1,13 +1,13 @@
 """CUDA entry points: the GPU kernels behind the reference's signatures, chosen automatically.
 
 ``decode_attention`` has the reference's signature (``hs_kernels.attention.decode_attention``) and
-returns the same results; it runs the Triton kernel (``triton_decode``) when the inputs are CUDA
-float16/bfloat16 tensors with a supported shape, else the reference.
+returns the same results; on CUDA float16/bfloat16 inputs of a supported shape it runs the CUDA kernel
+on the sparse tensor cores (``cuda_decode``) where ``cuda_decode_supported``, else the Triton kernel
+(``triton_decode``); anything else runs the reference.
 ``prefill_attention`` likewise runs the Triton prefill kernel (``triton_prefill``); the TileLang
 Trans-Both kernel on sparse tensor cores (``tl_prefill``) is slower so far and only benchmarked.
 ``streaming_attention`` (sink + window, the streaming groups) runs ``triton_stream``.
-``decode_attention(..., kernel="cuda")`` runs the CUDA kernel on the sparse tensor cores instead
-(``cuda_decode``, opt-in). ``compress_magnitude`` is the fused pruner + compressor (Triton
+``compress_magnitude`` is the fused pruner + compressor (Triton
 ``triton_compress``; the TileLang ``tl_compress`` on request), with a PyTorch fallback. ``triton``
 and ``tilelang`` are imported lazily, only on CUDA: this module imports on any machine. Kernels are
 compiled once per (heads, head_dim, dtype, pool kinds) and cached per process; the batch, context
@@ -31,6 +31,7 @@ from .pruner import block_loss, element_mask
 _DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
 _HEAD_DIMS = (64, 128, 256)
 _MAX_GROUP = 64
+DECODE_KERNELS = ("auto", "triton", "cuda")
 
 
 def _gpu_allowed() -> bool:
@@ -60,13 +61,49 @@ def decode_supported(q: torch.Tensor, k_pool: BlockPool, v_pool: BlockPool, k_in
     )
 
 
-def default_splits(batch: int, h_kv: int, max_blocks: int, device: torch.device, per_sm: int = 4) -> int:
-    """Split count: about ``per_sm`` programs per SM over all (split, KV head, sequence), at least 8
-    blocks per split (measured on the H200 at B=8, 32K: kernels/NOTES_GPU.md; 4 for the Triton
-    kernel, 16 for the one-warp CUDA kernel)."""
-    sms = torch.cuda.get_device_properties(device).multi_processor_count
-    splits = max(1, (per_sm * sms) // max(1, batch * h_kv))
+SPLIT_OVERHEAD_BLOCKS = 2  # a split's fixed cost (Q, entries, partials, combine) in blocks' time, fitted below
+
+
+@functools.lru_cache(maxsize=None)
+def wave_splits(programs: int, blocks: int, resident: int) -> int:
+    """Splits of ``blocks`` KV blocks for each of ``programs`` (sequence, KV head) pairs, when the GPU
+    runs ``resident`` programs at once: the fewest that minimise (waves of programs) x (blocks per split
+    + ``SPLIT_OVERHEAD_BLOCKS``), the time of a kernel whose last wave may run part-empty. On the H200's
+    sweeps at B=8, 32K (kernels/BENCHMARKS.md, seventh session) this orders the four split counts timed
+    for CUDA decode v2 (12 resident per SM) as measured, and picks one within 2 % of v3's best."""
+    best_cost, best = None, 1
+    for asked in range(1, blocks + 1):
+        per = -(-blocks // asked)
+        splits = -(-blocks // per)  # the splits that get blocks
+        cost = -(-programs * splits // resident) * (per + SPLIT_OVERHEAD_BLOCKS)
+        if best_cost is None or cost < best_cost:
+            best_cost, best = cost, splits
+    return best
+
+
+def cuda_decode_splits(batch: int, h_kv: int, max_blocks: int, q: torch.Tensor) -> int:
+    """Default split count of the CUDA decode: ``wave_splits`` with the built kernel's residency."""
+    from . import cuda_decode as cd
+
+    return wave_splits(batch * h_kv, max_blocks, _sm_count(q.device) * cd.resident_per_sm(q.shape[-1], q.dtype))
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def triton_decode_splits(batch: int, h_kv: int, max_blocks: int, sms: int) -> int:
+    """Default split count of the Triton decode: about 4 programs per SM over all (split, KV head,
+    sequence), at least 8 blocks per split. The H200's sweeps at B=8, 32K (kernels/BENCHMARKS.md) put 8
+    splits at or within 1 % of the best; ``wave_splits`` with the compiled kernel's residency picked 10,
+    which ran 27 % slower at S = 1/1 (eighth session)."""
+    splits = max(1, (4 * sms) // max(1, batch * h_kv))
     return max(1, min(splits, max(1, max_blocks // 8)))
+
+
+def _decode_constexprs(h_kv: int, g: int, d: int, k_mode: int, v_mode: int, prmt: bool) -> dict:
+    return dict(H_KV=h_kv, G=g, BLOCK_H=max(16, _next_pow2(g)), D=d, K_MODE=k_mode, V_MODE=v_mode, PRMT=prmt)
 
 
 def prefill_splits(programs: int, full_blocks: int, device: torch.device) -> int:
@@ -74,7 +111,7 @@ def prefill_splits(programs: int, full_blocks: int, device: torch.device) -> int
     programs per SM, at least 16 full blocks (1024 keys) per split; 1 when the chunk fills the GPU."""
     if device.type != "cuda":
         return 1
-    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    sms = _sm_count(device)
     if programs >= 2 * sms:
         return 1
     return max(1, min(-(-2 * sms // programs), full_blocks // 16))
@@ -119,16 +156,16 @@ def cuda_decode_supported(q: torch.Tensor, k_index: torch.Tensor) -> bool:
 def decode_attention(q: torch.Tensor, k_pool: BlockPool, v_pool: BlockPool,
                      k_index: torch.Tensor, v_index: torch.Tensor, seq_lens: torch.Tensor,
                      sm_scale: float | None = None, num_splits: int | None = None,
-                     num_warps: int = 2, num_stages: int = 2, kernel: str = "triton") -> tuple[torch.Tensor, torch.Tensor]:
-    """``hs_kernels.attention.decode_attention`` on the Triton kernel where supported (see module doc).
+                     num_warps: int = 2, num_stages: int = 2, kernel: str = "auto") -> tuple[torch.Tensor, torch.Tensor]:
+    """``hs_kernels.attention.decode_attention`` on a GPU kernel where supported (see module doc).
 
-    ``num_splits`` (optional) overrides the split-KV count; ``num_warps`` / ``num_stages`` are the
-    Triton kernel's launch options. ``kernel="cuda"``: the CUDA kernel on the sparse tensor cores
-    (``cuda_decode``) where ``cuda_decode_supported``, else Triton. No host synchronisation on the GPU
-    path (seq_lens are not range-checked there: they must lie in ``[1, 64 * max_blocks]``).
+    ``kernel``: "auto" (the CUDA kernel where ``cuda_decode_supported``, else Triton), "cuda" (raises
+    ValueError where not supported) or "triton". ``num_splits`` (optional) overrides the split-KV count;
+    ``num_warps`` / ``num_stages`` are the Triton kernel's launch options. No host synchronisation on the
+    GPU path (seq_lens are not range-checked there: they must lie in ``[1, 64 * max_blocks]``).
     """
-    if kernel not in ("triton", "cuda"):
-        raise ValueError(f"kernel must be 'triton' or 'cuda', got {kernel!r}")
+    if kernel not in DECODE_KERNELS:
+        raise ValueError(f"kernel must be one of {', '.join(DECODE_KERNELS)}, got {kernel!r}")
     if not decode_supported(q, k_pool, v_pool, k_index):
         return _ref.decode_attention(q, k_pool, v_pool, k_index, v_index, seq_lens, sm_scale)
     batch, h_q, d = q.shape
@@ -138,10 +175,16 @@ def decode_attention(q: torch.Tensor, k_pool: BlockPool, v_pool: BlockPool,
     if seq_lens.shape != (batch,):
         raise ValueError(f"seq_lens must have shape [{batch}], got {list(seq_lens.shape)}")
     scale = _ref._scale(sm_scale, q)
-    if kernel == "cuda" and cuda_decode_supported(q, k_index):
-        splits = num_splits or default_splits(batch, h_kv, max_blocks, q.device, per_sm=16)
+    use_cuda = kernel != "triton" and cuda_decode_supported(q, k_index)
+    if kernel == "cuda" and not use_cuda:
+        from . import cuda_decode as cd
+
+        raise ValueError(f"kernel='cuda' needs nvcc and head_dim in {cd.HEAD_DIMS} with at most {cd.MAX_GROUP} "
+                         f"query heads per KV head, got head_dim {d} and {h_q // h_kv}")
+    if use_cuda:
+        splits = num_splits or cuda_decode_splits(batch, h_kv, max_blocks, q)
         return cuda_decode(q, k_pool, v_pool, k_index, v_index, seq_lens, scale, splits)
-    splits = num_splits or default_splits(batch, h_kv, max_blocks, q.device)
+    splits = num_splits or triton_decode_splits(batch, h_kv, max_blocks, _sm_count(q.device))
     return triton_decode(q, k_pool, v_pool, k_index, v_index, seq_lens, scale, splits, num_warps, num_stages)
 
 
@@ -199,8 +242,7 @@ def triton_decode(q, k_pool, v_pool, k_index, v_index, seq_lens, scale: float, s
         _nonempty(v_pool.dense), _nonempty(v_pool.values), _nonempty(v_pool.meta),
         k_index.contiguous(), v_index.contiguous(), seq_lens.to(torch.int32).contiguous(),
         o_part, lse_part, scale * LOG2E, max_blocks, splits,
-        H_KV=h_kv, G=g, BLOCK_H=max(16, _next_pow2(g)), D=d,
-        K_MODE=_pool_kinds(k_pool), V_MODE=_pool_kinds(v_pool), PRMT=q.is_cuda,
+        **_decode_constexprs(h_kv, g, d, _pool_kinds(k_pool), _pool_kinds(v_pool), q.is_cuda),
         num_warps=num_warps, num_stages=num_stages)
     return _combine(q, o_part, lse_part, splits)
 
@@ -225,8 +267,9 @@ def prefill_launch(head_dim: int) -> tuple[int, int, int]:
 
 
 # programs reading each prefix block from which copying a 2:4 prefix dense first pays, measured on the H200
-# (kernels/BENCHMARKS.md): a prefix mixing dense and sparse blocks from 4, an all-sparse one from 32
-DENSIFY_MIN_READERS = {"mixed": 4, "sparse": 32}
+# with the densified prefix read two blocks per key tile (kernels/BENCHMARKS.md, eighth session): a prefix
+# mixing dense and sparse blocks from 4 (2: 0.75x, 4: 1.26x), an all-sparse one from 8 (4: 0.79x, 8: 1.16x)
+DENSIFY_MIN_READERS = {"mixed": 4, "sparse": 8}
 DENSIFY_MAX_BYTES = 1 << 30  # the transient dense copy of one call's prefix (K and V) at most
 
 
@@ -234,6 +277,13 @@ def prefill_chunk_n(prefix_len: int, block_m: int) -> int:
     """Default keys per tile of the chunk's own keys: 128 without a prefix (the one-shot prefill, 5 %
     faster on the H200), 64 after one (128 was 2-7 % slower there; kernels/BENCHMARKS.md)."""
     return 128 if prefix_len == 0 and block_m >= 128 else 64
+
+
+def prefill_prefix_n(block_m: int) -> int:
+    """Default keys per tile of a dense or densified prefix: two blocks (128) where the query tile has 128
+    rows (on the H200, 4 x 8K chunked: 21.3 -> 19.8 ms over a dense prefix, 23.1 -> 20.6 over a densified
+    2:4 one; kernels/BENCHMARKS.md, eighth session), else one."""
+    return 128 if block_m >= 128 else 64
 
 
 def prefill_densify(readers: int, mixed: bool, h_kv: int, used: int, head_dim: int, itemsize: int) -> bool:
@@ -248,18 +298,19 @@ def prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                       k_pool: BlockPool, v_pool: BlockPool, k_index: torch.Tensor, v_index: torch.Tensor,
                       prefix_len: int, sm_scale: float | None = None, block_m: int | None = None,
                       num_warps: int | None = None, num_stages: int | None = None, select: bool = False,
-                      chunk_n: int | None = None, heads: int | None = None,
-                      densify: bool | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                      chunk_n: int | None = None, heads: int | None = None, densify: bool | None = None,
+                      prefix_n: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """``hs_kernels.attention.prefill_attention`` on the Triton kernel (``triton_prefill``) where
     supported (CUDA float16/bfloat16, head_dim 64/128/256), else the reference. ``block_m`` (query
-    rows per program, 64 or 128), ``num_warps``, ``num_stages``, ``select``, ``chunk_n``, ``heads`` and
-    ``densify`` are launch options (``triton_prefill``; defaults: ``prefill_launch``).
+    rows per program, 64 or 128), ``num_warps``, ``num_stages``, ``select``, ``chunk_n``, ``heads``,
+    ``densify`` and ``prefix_n`` are launch options (``triton_prefill``; defaults: ``prefill_launch``).
     No bounds check of the used index entries against the pools on the GPU path (the reference raises)."""
     if not prefill_supported(q, k, k_pool, v_pool):
         return _ref.prefill_attention(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len, sm_scale)
     _ref._check_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len)
     return triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len, _ref._scale(sm_scale, q),
-                          block_m, num_warps, num_stages, select, chunk_n=chunk_n, heads=heads, densify=densify)
+                          block_m, num_warps, num_stages, select, chunk_n=chunk_n, heads=heads, densify=densify,
+                          prefix_n=prefix_n)
 
 
 def _entry_kinds(k_index: torch.Tensor, v_index: torch.Tensor, used: int) -> tuple[int, int]:
@@ -297,7 +348,7 @@ def prefill_programs(t: int, h_q: int, h_kv: int, block_m: int = 128, heads: int
 def triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len: int, scale: float,
                    block_m: int | None = None, num_warps: int | None = None, num_stages: int | None = None,
                    select: bool = False, out=None, lse=None, splits: int | None = None, chunk_n: int | None = None,
-                   heads: int | None = None, densify: bool | None = None):
+                   heads: int | None = None, densify: bool | None = None, prefix_n: int | None = None):
     """Launch the Triton prefill on checked inputs (also under Triton's CPU interpreter, as
     ``triton_decode``). The kernel variant follows the prefix's entries: all dense, all sparse or
     mixed (``select``: the mixed variant picks a block's copy by a select, not a branch).
@@ -308,7 +359,9 @@ def triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len: int, s
     ``heads``: query heads of one KV group per tile (``prefill_tiles``). ``densify``: when the prefix has
     2:4 blocks, copy its used blocks into a dense scratch pool first (``triton_prefill.densify_kernel``;
     transient memory: the prefix's K and V, dense) and run the dense variant on it (default
-    ``prefill_densify``). Launch options left None take ``prefill_launch``'s defaults for the head_dim."""
+    ``prefill_densify``). ``prefix_n``: keys per tile of a dense prefix (64, or 128: two blocks, at most
+    ``block_m``; default ``prefill_prefix_n``; a prefix with 2:4 blocks, unless densified, takes 64). Launch options left None take
+    ``prefill_launch``'s defaults for the head_dim."""
     from . import triton_prefill as tp
     from .triton_blocks import DENSE, LOG2E, SPARSE
 
@@ -319,6 +372,9 @@ def triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len: int, s
     chunk_n = prefill_chunk_n(prefix_len, block_m) if chunk_n is None else chunk_n
     if chunk_n not in (64, 128) or chunk_n > block_m:
         raise ValueError(f"chunk_n must be 64 or 128 and at most block_m ({block_m}), got {chunk_n}")
+    prefix_n = prefill_prefix_n(block_m) if prefix_n is None else prefix_n
+    if prefix_n not in (64, 128) or prefix_n > block_m:
+        raise ValueError(f"prefix_n must be 64 or 128 and at most block_m ({block_m}), got {prefix_n}")
     hg, tiles = prefill_tiles(t, h_q, h_kv, block_m, heads)
     out = torch.empty_like(q) if out is None else out
     lse = torch.empty(t, h_q, dtype=torch.float32, device=q.device) if lse is None else lse
@@ -341,33 +397,44 @@ def triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len: int, s
         _nonempty(v_pool.dense), _nonempty(v_pool.values), _nonempty(v_pool.meta),
         k_index, v_index, part_out, part_lse, scale * LOG2E, t, prefix_len, k_index.shape[1], per_split,
         H_KV=h_kv, G=h_q // h_kv, D=d, BLOCK_M=block_m, HG=hg, K_MODE=k_mode, V_MODE=v_mode,
-        PRMT=q.is_cuda, SELECT=select, SPLIT=splits > 1, CHUNK_N=chunk_n, num_warps=num_warps, num_stages=num_stages)
+        PRMT=q.is_cuda, SELECT=select, SPLIT=splits > 1, CHUNK_N=chunk_n,
+        PREFIX_N=prefix_n if k_mode == v_mode == DENSE else BLOCK_SIZE, num_warps=num_warps, num_stages=num_stages)
     if splits > 1:
         _merge_splits(part_out, part_lse, out, lse)
     return out, lse
 
 
 def _densified(k_pool, v_pool, k_index, v_index, used: int, k_mode: int, v_mode: int, prmt: bool):
-    """Pools holding the first ``used`` blocks of every KV head dense, at slot ``h * used + j``, and
-    their index maps (``triton_prefill.densify_kernel``)."""
+    """``(k_pool, v_pool, k_index, v_index)`` with each operand that has 2:4 blocks replaced by a pool
+    holding its first ``used`` blocks of every KV head dense, at slot ``h * used + j``, and that index
+    map (``triton_prefill.densify_kernel``); an all-dense operand is kept as it is."""
     from . import triton_prefill as tp
+    from .triton_blocks import DENSE
 
-    h_kv = k_index.shape[0]
-    k_out = torch.empty(h_kv * used, BLOCK_SIZE, k_pool.head_dim, dtype=k_pool.dtype, device=k_pool.dense.device)
-    v_out = torch.empty_like(k_out)
+    h_kv, nb = k_index.shape
+    device = k_pool.dense.device
+    shape = (h_kv * used, BLOCK_SIZE, k_pool.head_dim)
+    k_out = torch.empty(shape if k_mode != DENSE else (1, *shape[1:]), dtype=k_pool.dtype, device=device)
+    v_out = torch.empty(shape if v_mode != DENSE else (1, *shape[1:]), dtype=v_pool.dtype, device=device)
     tp.densify_kernel[(used, h_kv)](
         _nonempty(k_pool.dense), _nonempty(k_pool.values), _nonempty(k_pool.meta),
         _nonempty(v_pool.dense), _nonempty(v_pool.values), _nonempty(v_pool.meta),
-        k_index.contiguous(), v_index.contiguous(), k_out, v_out, k_index.shape[1], used,
+        k_index.contiguous(), v_index.contiguous(), k_out, v_out, nb, used,
         D=k_pool.head_dim, K_MODE=k_mode, V_MODE=v_mode, PRMT=prmt, num_warps=4)
-    index = (torch.arange(h_kv, dtype=torch.int32, device=k_out.device)[:, None] * used
-             + torch.arange(used, dtype=torch.int32, device=k_out.device)[None, :])
-    pools = []
-    for operand, x in (("k", k_out), ("v", v_out)):
-        values_shape, meta_shape = sparse_shapes(operand, x.shape[-1])
-        pools.append(BlockPool(operand, x, x.new_empty((0, *values_shape)),
-                               torch.empty((0, *meta_shape), dtype=META_DTYPE, device=x.device)))
-    return pools[0], pools[1], index, index
+    # the same width as the kept map: the prefill reads both with one row stride
+    index = torch.zeros(h_kv, nb, dtype=torch.int32, device=device)
+    index[:, :used] = (torch.arange(h_kv, dtype=torch.int32, device=device)[:, None] * used
+                       + torch.arange(used, dtype=torch.int32, device=device)[None, :])
+    out = []
+    for pool, idx, mode, x in ((k_pool, k_index, k_mode, k_out), (v_pool, v_index, v_mode, v_out)):
+        if mode == DENSE:
+            out.append((pool, idx))
+            continue
+        values_shape, meta_shape = sparse_shapes(pool.operand, x.shape[-1])
+        out.append((BlockPool(pool.operand, x, x.new_empty((0, *values_shape)),
+                              torch.empty((0, *meta_shape), dtype=META_DTYPE, device=device)), index))
+    (k_pool, k_index), (v_pool, v_index) = out
+    return k_pool, v_pool, k_index, v_index
 
 
 def streaming_supported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
@@ -495,4 +562,5 @@ def _tilelang_compress(blocks, operand: str, slots, values, meta, loss) -> None:
 
 
 __all__ = ["tilelang_available", "triton_available", "decode_supported", "decode_attention", "prefill_supported",
-           "prefill_attention", "streaming_supported", "streaming_attention", "compress_magnitude", "default_splits"]
+           "prefill_attention", "streaming_supported", "streaming_attention", "compress_magnitude", "triton_decode_splits",
+           "cuda_decode_splits"]

@@ -2,7 +2,7 @@
 # The GPU check on the device machine (H200), from the repository root, one stage per call (each under the
 # 600 s limit). Logs go to $OUT/<stage>/; the last lines printed are the tables.
 #   decode:  carry nothing (TileLang's cases then skip). GPU tests of the decode, compression and streaming
-#            kernels; the decode table; the streaming table.
+#            kernels; the decode table; the streaming table; the CUDA rows again for each kernels/cuda/decode_sp_v*.cu.
 #   prefill: carry nothing. GPU tests of the Triton prefill; its table, the question-after-a-cached-prefix
 #            table and where copying a 2:4 prefix dense first pays.
 #   tl:      carry .dev/site.tar.xz. TileLang prefill: compile every tested/benchmarked variant, tests, benchmark.
@@ -17,7 +17,13 @@ decode)
     python -m pytest -q -p no:cacheprovider tests/test_kernels_gpu_decode.py tests/test_kernels_gpu_triton_stream.py \
         tests/test_kernels_gpu_compress.py 2>&1 | tee "$log/tests.log" | tail -5
     python -m hs_kernels.bench_gpu --decode-only 2>&1 | tee "$log/bench_decode.log" | tail -30
-    python -m hs_kernels.bench_stream 2>&1 | tee "$log/bench_stream.log" | tail -7 ;;
+    python -m hs_kernels.bench_stream 2>&1 | tee "$log/bench_stream.log" | tail -7
+    # a candidate CUDA decode source written next to the shipped one before the call (untracked files travel)
+    for alt in kernels/cuda/decode_sp_v*.cu; do
+        [ -f "$alt" ] || continue
+        HS_CUDA_DECODE_SOURCE=$PWD/$alt python -m hs_kernels.bench_gpu --decode-only 2>&1 \
+            | tee "$log/bench_decode_$(basename "$alt" .cu).log" | grep CUDA | tail -40
+    done ;;
 prefill)
     python -m pytest -q -p no:cacheprovider tests/test_kernels_gpu_triton_prefill.py 2>&1 | tee "$log/tests.log" | tail -5
     python -m hs_kernels.bench_prefill --no-tilelang --triton-configs 128:8:3 --densify-chunks 64,128,256,512,1024,4096 \

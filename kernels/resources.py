@@ -110,15 +110,19 @@ def variants() -> list[Variant]:
         if gpu.prefill_chunk_n(0, prefill_rows) != gpu.prefill_chunk_n(1, prefill_rows):  # else K1 V1 below
             out.append(Variant(f"prefill d{d} one shot", "triton_prefill", "prefill_kernel", _prefill_types(),
                                dict(H_KV=8, G=4, D=d, BLOCK_M=prefill_rows, K_MODE=1, V_MODE=1, PRMT=True, SELECT=False,
-                                    SPLIT=False, CHUNK_N=gpu.prefill_chunk_n(0, prefill_rows), HG=hg),
+                                    SPLIT=False, CHUNK_N=gpu.prefill_chunk_n(0, prefill_rows), HG=hg, PREFIX_N=64),
                                prefill_warps, prefill_stages))
+            out.append(Variant(f"prefill d{d} K1 V1 prefix 128", "triton_prefill", "prefill_kernel", _prefill_types(),
+                               dict(H_KV=8, G=4, D=d, BLOCK_M=prefill_rows, K_MODE=1, V_MODE=1, PRMT=True, SELECT=False,
+                                    SPLIT=False, CHUNK_N=64, HG=hg, PREFIX_N=128), prefill_warps, prefill_stages))
         for k_mode, v_mode in ((1, 1), (2, 2), (3, 3)):
             for split in (False, True):
                 out.append(Variant(f"prefill d{d} K{k_mode} V{v_mode}{' split' if split else ''}", "triton_prefill",
                                    "prefill_kernel", _prefill_types(),
                                    dict(H_KV=8, G=4, D=d, BLOCK_M=prefill_rows, K_MODE=k_mode, V_MODE=v_mode, PRMT=True,
                                         SELECT=False, SPLIT=split, CHUNK_N=gpu.prefill_chunk_n(1, prefill_rows),
-                                        HG=hg), prefill_warps, prefill_stages))
+                                        HG=hg, PREFIX_N=64), prefill_warps, prefill_stages))
+        for k_mode, v_mode in ((1, 2), (2, 2), (3, 3)):  # launched only when an operand has 2:4 blocks
             out.append(Variant(f"densify d{d} K{k_mode} V{v_mode}", "triton_prefill", "densify_kernel",
                                {**dict.fromkeys(("k_dense", "k_vals", "v_dense", "v_vals", "k_out", "v_out"), "*bf16"),
                                 "k_meta": "*i16", "v_meta": "*i16", "k_index": "*i32", "v_index": "*i32",
@@ -199,6 +203,9 @@ def tilelang_usage() -> list[Usage]:
     kernels += [(f"tilelang prefill {mode} prefix", lambda mode=mode: tl_prefill.get_kernel(
         32, 8, 128, "bfloat16", mode, mode, "dense", "dense", tl_prefill.ROWS, tl_prefill.THREADS, tl_prefill.STAGES,
         tl_prefill.P_MAJOR, target=target)) for mode in tl_prefill.MODES]
+    kernels.append(("tilelang prefill all-2:4 chunk", lambda: tl_prefill.get_kernel(
+        32, 8, 128, "bfloat16", "dense", "dense", "sparse", "sparse", *tl_prefill.tile("sparse", "sparse"),
+        tl_prefill.STAGES, tl_prefill.P_MAJOR, target=target)))
     out = []
     with tempfile.TemporaryDirectory() as tmp:
         for name, build in kernels:

@@ -426,9 +426,19 @@ HEAD_DIMS = (64, 128)
 # 16-byte stores from the column layout (token-major: 16-bit stores).
 ROWS = 128
 THREADS = 256
+# a chunk whose K and V tiles are all 2:4: 64 rows x one warpgroup, 1.16x faster there on the H200 (26.5 vs
+# 30.8 ms for 32K; slower for every other chunk: kernels/BENCHMARKS.md, seventh session)
+SPARSE_ROWS, SPARSE_THREADS = 64, 128
 STAGES = 2
 P_MAJOR = "k"
 SOFTMAX = "column"
+
+
+def tile(ck_mode: str, cv_mode: str, rows: int | None = None, threads: int | None = None) -> tuple[int, int]:
+    """``(rows, threads)`` of a call: those given, else the defaults for the chunk's tile modes."""
+    all_sparse = ck_mode == cv_mode == "sparse"
+    rows = rows or (SPARSE_ROWS if all_sparse else ROWS)
+    return rows, threads or (SPARSE_THREADS if all_sparse and rows == SPARSE_ROWS else THREADS)
 
 
 def supported(q, k, v, k_pool, v_pool) -> bool:
@@ -477,8 +487,8 @@ def prefill_blocks(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len, sm_sca
         kc_vals, kc_meta, vc_vals, vc_meta = chunk.k_vals, chunk.k_meta, chunk.v_vals, chunk.v_meta
     scale = _ref._scale(sm_scale, q)
     kernel = get_kernel(h_q, h_kv, d, _DTYPES[q.dtype], k_mode, v_mode, ck_mode, cv_mode,
-                        rows or ROWS, threads or THREADS, STAGES if stages is None else stages, p_major or P_MAJOR,
-                        softmax or SOFTMAX)
+                        *tile(ck_mode, cv_mode, rows, threads), STAGES if stages is None else stages,
+                        p_major or P_MAJOR, softmax or SOFTMAX)
     out = torch.empty_like(q) if out is None else out
     lse = torch.empty((t, h_q), dtype=torch.float32, device=dev) if lse is None else lse
     params = torch.tensor([prefix_len, 0], dtype=torch.int32, device=dev)

@@ -14,6 +14,21 @@ _SPARSE = tl.constexpr(SPARSE)
 
 
 @triton.jit
+def slot_offsets(D: tl.constexpr):
+    """Element offsets within one pool slot: a dense slot [64, D] token-major and read as V^T [D, 64];
+    a 2:4 slot read as int32 words, K's values and metadata (rows: tokens) and V^T's (rows: channels)."""
+    tok = tl.arange(0, BS)
+    cols = tl.arange(0, D)
+    dense_off = tok[:, None] * D + cols[None, :]
+    dense_t_off = tok[None, :] * D + cols[:, None]
+    kv_off = tok[:, None] * (D // 4) + tl.arange(0, D // 4)[None, :]
+    km_off = tok[:, None] * (D // 32) + tl.arange(0, D // 32)[None, :]
+    vv_off = cols[:, None] * (BS // 4) + tl.arange(0, BS // 4)[None, :]
+    vm_off = cols[:, None] * (BS // 32) + tl.arange(0, BS // 32)[None, :]
+    return dense_off, dense_t_off, kv_off, km_off, vv_off, vm_off
+
+
+@triton.jit
 def unpack_24(vals, meta, ROWS: tl.constexpr, LEN: tl.constexpr, DTYPE: tl.constexpr, PRMT: tl.constexpr):
     """2:4 operand rows -> dense ``[ROWS, LEN]`` of DTYPE, zeros at the pruned positions.
 

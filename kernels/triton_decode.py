@@ -18,7 +18,7 @@ blocks are unpacked in registers (the pruned positions become zeros) and go thro
 import triton
 import triton.language as tl
 
-from .triton_blocks import _DENSE, _LN2, BS, load_block
+from .triton_blocks import _DENSE, _LN2, BS, load_block, slot_offsets
 
 
 @triton.jit
@@ -45,17 +45,12 @@ def decode_kernel(q_ptr, k_dense, k_vals, k_meta, v_dense, v_vals, v_meta, k_ind
     l_i = tl.zeros((BLOCK_H,), tl.float32)
     acc = tl.zeros((BLOCK_H, D), tl.float32)
     index_row = (bx * H_KV + hx).to(tl.int64) * max_blocks
-    dense_off = tok[:, None] * D + cols[None, :]  # a dense slot [64, D], token-major
-    dense_t_off = tok[None, :] * D + cols[:, None]  # the same slot read as V^T [D, 64]
+    dense_off, dense_t_off, kv_off, km_off, vv_off, vm_off = slot_offsets(D)
     # sparse slots read as int32 words: one per group of values, one per 8 groups of metadata
     k_vals = k_vals.to(tl.pointer_type(tl.int32))
     k_meta = k_meta.to(tl.pointer_type(tl.int32))
     v_vals = v_vals.to(tl.pointer_type(tl.int32))
     v_meta = v_meta.to(tl.pointer_type(tl.int32))
-    kv_off = tok[:, None] * (D // 4) + tl.arange(0, D // 4)[None, :]  # K operand rows: tokens
-    km_off = tok[:, None] * (D // 32) + tl.arange(0, D // 32)[None, :]
-    vv_off = cols[:, None] * (BS // 4) + tl.arange(0, BS // 4)[None, :]  # V^T operand rows: channels
-    vm_off = cols[:, None] * (BS // 32) + tl.arange(0, BS // 32)[None, :]
 
     for j in range(start, stop):
         ke = tl.load(k_index + index_row + j)

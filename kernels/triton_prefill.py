@@ -8,7 +8,8 @@ the heads of a group share every K/V tile loaded and a short chunk does not leav
 Online softmax in base 2 over three key loops:
   * the prefix blocks through the index maps (each entry's dense or sparse copy, as in decode:
     both issued, masked by the entry's sign, so no load sits in a branch; sparse blocks unpacked
-    in registers), keys past ``prefix_len`` masked and their V rows read as zeros;
+    in registers), keys past ``prefix_len`` masked and their V rows read as zeros; with
+    ``PREFIX_N`` 128 (dense pools only) two blocks per key tile;
   * the chunk's key tiles (``CHUNK_N`` keys) wholly below the tile's first token (no mask);
   * the rest up to its last token (causal mask).
 The chunk's own keys come dense from ``k``/``v`` (the serving backend passes them already pruned).
@@ -19,14 +20,14 @@ normalised partial output and log-sum-exp for ``triton_decode.combine_kernel``: 
 ``K_MODE`` / ``V_MODE`` (1 dense, 2 sparse, 3 both) are chosen from the prefix's entries (the
 all-dense and all-sparse kernels read only one copy); ``SELECT`` picks, in mode 3, between the two
 copies with a select instead of a branch. ``densify_kernel`` copies the used prefix blocks of every
-KV head into a dense scratch pool once, so that a long chunk's programs read them dense instead of
+KV head, of each operand that has 2:4 blocks, into a dense scratch pool once, so that a long chunk's programs read them dense instead of
 each unpacking every sparse block again.
 """
 
 import triton
 import triton.language as tl
 
-from .triton_blocks import _DENSE, _LN2, BS, load_block
+from .triton_blocks import _DENSE, _LN2, BS, load_block, slot_offsets
 
 
 @triton.jit
@@ -73,7 +74,7 @@ def prefill_kernel(q_ptr, k_ptr, v_ptr, k_dense, k_vals, k_meta, v_dense, v_vals
                    out_ptr, lse_ptr, scale_log2, t_len, prefix_len, nb, per_split,
                    H_KV: tl.constexpr, G: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, HG: tl.constexpr,
                    K_MODE: tl.constexpr, V_MODE: tl.constexpr, PRMT: tl.constexpr, SELECT: tl.constexpr,
-                   SPLIT: tl.constexpr, CHUNK_N: tl.constexpr):
+                   SPLIT: tl.constexpr, CHUNK_N: tl.constexpr, PREFIX_N: tl.constexpr):
     mx = tl.num_programs(0) - 1 - tl.program_id(0)
     sp = tl.program_id(2)
     last = sp == tl.num_programs(2) - 1
@@ -93,18 +94,26 @@ def prefill_kernel(q_ptr, k_ptr, v_ptr, k_dense, k_vals, k_meta, v_dense, v_vals
 
     # prefix blocks
     index_row = hk.to(tl.int64) * nb
-    dense_off = tok[:, None] * D + cols[None, :]
-    dense_t_off = tok[None, :] * D + cols[:, None]
+    dense_off, dense_t_off, kv_off, km_off, vv_off, vm_off = slot_offsets(D)
     k_vals = k_vals.to(tl.pointer_type(tl.int32))
     k_meta = k_meta.to(tl.pointer_type(tl.int32))
     v_vals = v_vals.to(tl.pointer_type(tl.int32))
     v_meta = v_meta.to(tl.pointer_type(tl.int32))
-    kv_off = tok[:, None] * (D // 4) + tl.arange(0, D // 4)[None, :]
-    km_off = tok[:, None] * (D // 32) + tl.arange(0, D // 32)[None, :]
-    vv_off = cols[:, None] * (BS // 4) + tl.arange(0, BS // 4)[None, :]
-    vm_off = cols[:, None] * (BS // 32) + tl.arange(0, BS // 32)[None, :]
     full = prefix_len // BS
-    for j in range(sp * per_split, tl.minimum(full, (sp + 1) * per_split)):
+    lo = sp * per_split
+    hi = tl.minimum(full, (sp + 1) * per_split)
+    if PREFIX_N == 2 * BS:  # dense pools: two blocks per key tile, gathered through their two entries
+        ptok = tl.arange(0, PREFIX_N)
+        low_block = ptok < BS
+        pair_off = (ptok % BS)[:, None] * D + cols[None, :]
+        for j in range(lo, lo + (hi - lo) // 2 * 2, 2):
+            ke = tl.where(low_block, tl.load(k_index + index_row + j), tl.load(k_index + index_row + j + 1))
+            ve = tl.where(low_block, tl.load(v_index + index_row + j), tl.load(v_index + index_row + j + 1))
+            k = tl.load(k_dense + ke[:, None].to(tl.int64) * (BS * D) + pair_off)
+            v = tl.load(v_dense + ve[:, None].to(tl.int64) * (BS * D) + pair_off)
+            m_i, l_i, acc = _softmax_step(q, k, v, m_i, l_i, acc, scale_log2, True, False)
+        lo = lo + (hi - lo) // 2 * 2  # an odd block left over
+    for j in range(lo, hi):
         m_i, l_i, acc = _prefix_block(q, m_i, l_i, acc, scale_log2, j, True, k_dense, k_vals, k_meta, v_dense, v_vals,
                                       v_meta, k_index, v_index, index_row, dense_off, dense_t_off, kv_off, km_off,
                                       vv_off, vm_off, D, K_MODE, V_MODE, PRMT, SELECT, False)
@@ -147,21 +156,18 @@ def densify_kernel(k_dense, k_vals, k_meta, v_dense, v_vals, v_meta, k_index, v_
                    D: tl.constexpr, K_MODE: tl.constexpr, V_MODE: tl.constexpr, PRMT: tl.constexpr):
     """Program ``(block j, KV head h)``: the blocks of entries ``k_index[h, j]`` / ``v_index[h, j]``,
     token-major, into dense slot ``h * used + j`` of ``k_out`` / ``v_out`` (rows as stored, stale
-    ones included: the prefill masks them)."""
+    ones included: the prefill masks them). An operand whose entries are all dense is not copied."""
     j = tl.program_id(0)
     h = tl.program_id(1)
-    cols = tl.arange(0, D)
-    tok = tl.arange(0, BS)
-    dense_off = tok[:, None] * D + cols[None, :]
+    dense_off, dense_t_off, kv_off, km_off, vv_off, vm_off = slot_offsets(D)
     dst = (h * used + j).to(tl.int64) * (BS * D) + dense_off
-    dtype = k_out.dtype.element_ty
-    ke = tl.load(k_index + h.to(tl.int64) * nb + j)
-    ve = tl.load(v_index + h.to(tl.int64) * nb + j)
-    k = load_block(k_dense, k_vals.to(tl.pointer_type(tl.int32)), k_meta.to(tl.pointer_type(tl.int32)), ke, dense_off,
-                   tok[:, None] * (D // 4) + tl.arange(0, D // 4)[None, :],
-                   tok[:, None] * (D // 32) + tl.arange(0, D // 32)[None, :], True, BS, D, K_MODE, dtype, PRMT)
-    tl.store(k_out + dst, k)
-    v = load_block(v_dense, v_vals.to(tl.pointer_type(tl.int32)), v_meta.to(tl.pointer_type(tl.int32)), ve,
-                   tok[None, :] * D + cols[:, None], cols[:, None] * (BS // 4) + tl.arange(0, BS // 4)[None, :],
-                   cols[:, None] * (BS // 32) + tl.arange(0, BS // 32)[None, :], True, D, BS, V_MODE, dtype, PRMT)
-    tl.store(v_out + dst, tl.trans(v))
+    if K_MODE != _DENSE:
+        ke = tl.load(k_index + h.to(tl.int64) * nb + j)
+        k = load_block(k_dense, k_vals.to(tl.pointer_type(tl.int32)), k_meta.to(tl.pointer_type(tl.int32)), ke,
+                       dense_off, kv_off, km_off, True, BS, D, K_MODE, k_out.dtype.element_ty, PRMT)
+        tl.store(k_out + dst, k)
+    if V_MODE != _DENSE:
+        ve = tl.load(v_index + h.to(tl.int64) * nb + j)
+        v = load_block(v_dense, v_vals.to(tl.pointer_type(tl.int32)), v_meta.to(tl.pointer_type(tl.int32)), ve,
+                       dense_t_off, vv_off, vm_off, True, D, BS, V_MODE, v_out.dtype.element_ty, PRMT)
+        tl.store(v_out + dst, tl.trans(v))

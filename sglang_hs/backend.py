@@ -57,12 +57,16 @@ class HSAttnBackend(AttentionBackend):
         if not isinstance(self.pool, HSKVPool):
             raise RuntimeError("attention backend 'hs' needs the hs KV pool; start through sglang_hs (plugin not loaded in this process?)")
         self.settings: HSSettings = self.pool.settings
-        if self.settings.decode_kernel == "cuda" and self.device != "cpu" and any(s.n_r for s in self.pool.layers):
+        if self.settings.decode_kernel != "triton" and self.device != "cpu" and any(s.n_r for s in self.pool.layers):
             from hs_kernels import cuda_decode
 
-            if not cuda_decode.available():
-                raise RuntimeError("--hs-decode-kernel cuda needs nvcc (set CUDA_HOME) and an sm_80+ GPU")
-            if self.pool.head_dim in cuda_decode.HEAD_DIMS and self.pool.dtype in (torch.float16, torch.bfloat16):
+            cfg = model_runner.model_config
+            fits = (cuda_decode.available() and self.pool.head_dim in cuda_decode.HEAD_DIMS
+                    and cfg.num_attention_heads // cfg.num_key_value_heads <= cuda_decode.MAX_GROUP)
+            if self.settings.decode_kernel == "cuda" and not fits:
+                raise RuntimeError(f"--hs-decode-kernel cuda needs nvcc (set CUDA_HOME), an sm_80+ GPU, head_dim in "
+                                   f"{cuda_decode.HEAD_DIMS} and at most {cuda_decode.MAX_GROUP} query heads per KV head")
+            if fits and self.pool.dtype in (torch.float16, torch.bfloat16):
                 cuda_decode.warm_up(self.pool.head_dim, self.pool.dtype, torch.device(self.device))
         self._heads = {}
         # decode streaming keys (hs_kernels.streaming_keys for every sequence at once): sink pages, then

@@ -166,10 +166,14 @@ def measure(engine: str, url: str, args, config: dict, rng: random.Random) -> di
     out = {"runs": []}
     # warm-up at the first context: two requests at once (chunks over cached blocks and chunks mixing
     # requests, decode at batch 2), then a question on one's cached prefix (a short chunk after a long
-    # prefix); kernel compilation and first-use allocation stay out of the figures
+    # cached prefix), then a cold request shaped as the prefix run's (its short last chunk follows a prefix
+    # written in the same request, stored at the prefill sparsity); kernel compilation and first-use
+    # allocation stay out of the figures
     warm = [tokens(args.contexts[0] - 2) for _ in range(2)]
     batch_run(url, warm, 2)
     stream_one(url, warm[0] + tokens(64), 2)
+    flush_cache(url)
+    stream_one(url, tokens(args.prefix + 64), 2)
     for ctx in args.contexts:
         for b in args.batches:
             prompts = [tokens(ctx - args.output_tokens) for _ in range(b)]

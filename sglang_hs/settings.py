@@ -15,6 +15,7 @@ from pathlib import Path
 
 import hs_recipes
 from hs_kernels import BLOCK_SIZE, SparsityConfig
+from hs_kernels.gpu import DECODE_KERNELS
 
 ENV_ARGS = "SGLANG_HS_ARGS"
 RECIPES_DIR = Path(hs_recipes.__file__).resolve().parent
@@ -42,7 +43,7 @@ class HSSettings:
     dense_reserve: float | None  # a fraction of the pool's pages; None: auto_reserve_pages
     recipe: str
     stream_checkpoint: int = 4096
-    decode_kernel: str = "triton"  # hs_kernels.decode_attention(kernel=...) for the retrieval groups
+    decode_kernel: str = "auto"  # hs_kernels.decode_attention(kernel=...) for the retrieval groups
     layers: list[LayerGroups] = field(default_factory=list)
     num_kv_heads: int = 0
     auto_reserve_pages: int = 0
@@ -114,7 +115,7 @@ FLAGS = {
     "--hs-window-tokens": ("window_tokens", int, "dense recent-window tokens"),
     "--hs-dense-reserve": ("dense_reserve", fraction_or_auto, "extra dense block and stream page capacity (sinks, windows, blocks awaiting compression or trimming): 'auto' (default: one prefill chunk plus the sinks and windows of --max-running-requests requests; hs sets that to 32 when unset) or a fraction of the pool"),
     "--hs-stream-checkpoint": ("stream_checkpoint", int, "streaming groups keep their window before every multiple of this many tokens (a multiple of 64, >= window); a cached prefix is reused up to the last such point"),
-    "--hs-decode-kernel": ("decode_kernel", str, "retrieval decode kernel on CUDA: 'triton' (default) or 'cuda' (sparse tensor cores, mma.sp; built with the machine's nvcc; head_dim 64/128, at most 8 query heads per KV head, else Triton)"),
+    "--hs-decode-kernel": ("decode_kernel", str, "retrieval decode kernel on CUDA: 'auto' (default: 'cuda' where it applies, else 'triton'), 'cuda' (sparse tensor cores, mma.sp; built with the machine's nvcc; head_dim 64/128, at most 8 query heads per KV head) or 'triton'"),
     "--hs-recipe": ("recipe", str, "recipe name in recipes/ or a path to a recipe JSON (default: by model type)"),
 }
 
@@ -238,9 +239,9 @@ def resolve(model_path: str, hs_args: dict | None = None, page_size: int | None 
     checkpoint = int(pick("stream_checkpoint", recipe.get("stream_checkpoint", 4096)))
     if checkpoint % BLOCK_SIZE or checkpoint < window or checkpoint <= 0:
         raise HSConfigError(f"--hs-stream-checkpoint must be a positive multiple of {BLOCK_SIZE} and >= the window ({window}), got {checkpoint}")
-    decode_kernel = pick("decode_kernel", "triton")
-    if decode_kernel not in ("triton", "cuda"):
-        raise HSConfigError(f"--hs-decode-kernel must be 'triton' or 'cuda', got {decode_kernel!r}")
+    decode_kernel = pick("decode_kernel", "auto")
+    if decode_kernel not in DECODE_KERNELS:
+        raise HSConfigError(f"--hs-decode-kernel must be one of {', '.join(DECODE_KERNELS)}, got {decode_kernel!r}")
     with_window = lambda c: SparsityConfig(c.s_k, c.s_v, sink, window)  # noqa: E731
     return HSSettings(
         prefill=with_window(prefill),

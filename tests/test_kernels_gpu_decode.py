@@ -96,15 +96,45 @@ def test_decode_launch_options(num_warps, num_stages):
     check(CASES[0], 5, 0.09, num_warps=num_warps, num_stages=num_stages)
 
 
-def test_decode_default_splits_and_dispatch():
-    """The automatic path (default split count, combine kernel) on a 32K-context Llama-shaped batch."""
+@needs_cuda_kernel
+def test_cuda_decode_split_choice():
+    """The occupancy query behind the CUDA decode's default splits answers for every instantiation."""
+    for d in cuda_decode.HEAD_DIMS:
+        for dtype in (torch.bfloat16, torch.float16):
+            assert 1 <= cuda_decode.resident_per_sm(d, dtype) <= 32
+    q = torch.zeros(8, 32, 128, dtype=torch.bfloat16, device="cuda")
+    assert 1 <= gpu.cuda_decode_splits(8, 8, 512, q) <= 512
+
+
+@pytest.mark.parametrize("h_q, d, kernel, launched", [
+    (32, 128, "auto", "cuda"), (32, 128, "triton", "triton"), (32, 128, "cuda", "cuda"),
+    (128, 128, "auto", "triton"), (16, 256, "auto", "triton")])
+def test_decode_default_splits_and_dispatch(monkeypatch, h_q, d, kernel, launched):
+    """The entry point's kernel choice (``auto``: CUDA where it applies, else Triton) and default split count,
+    combine kernel included, on 32K-context batches."""
+    if launched == "cuda" and not cuda_decode.available():
+        pytest.skip("needs nvcc and sm_80+")
     gen = torch.Generator(device="cuda")
     gen.seed()
-    k_pool, v_pool, k_index, v_index, sl = make_case(2, 8, 128, [32768, 20000], 0.9, 0.9, torch.bfloat16, gen, "cuda")
-    q = torch.randn(2, 32, 128, generator=gen, device="cuda").to(torch.bfloat16)
+    k_pool, v_pool, k_index, v_index, sl = make_case(2, 8, d, [32768, 20000], 0.9, 0.9, torch.bfloat16, gen, "cuda")
+    q = torch.randn(2, h_q, d, generator=gen, device="cuda").to(torch.bfloat16)
     assert gpu.decode_supported(q, k_pool, v_pool, k_index)
-    out, lse = gpu.decode_attention(q, k_pool, v_pool, k_index, v_index, sl)
+    calls = []
+    for name in ("cuda_decode", "triton_decode"):
+        real = getattr(gpu, name)
+        monkeypatch.setattr(gpu, name, lambda *a, _real=real, _name=name, **kw: calls.append(_name) or _real(*a, **kw))
+    out, lse = gpu.decode_attention(q, k_pool, v_pool, k_index, v_index, sl, kernel=kernel)
+    assert calls == [f"{launched}_decode"]
     r_out, r_lse = ref.decode_attention(q, k_pool, v_pool, k_index, v_index, sl)
     assert torch.isfinite(out).all()
     assert rel_err(out, r_out) < 1e-2
     assert (lse - r_lse).abs().max().item() < 1e-2
+
+
+def test_cuda_decode_refuses_what_it_cannot_run():
+    gen = torch.Generator(device="cuda")
+    gen.seed()
+    k_pool, v_pool, k_index, v_index, sl = make_case(1, 2, 128, [640], 0.5, 0.5, torch.bfloat16, gen, "cuda")
+    q = torch.randn(1, 32, 128, generator=gen, device="cuda").to(torch.bfloat16)  # 16 query heads per KV head
+    with pytest.raises(ValueError, match="kernel='cuda' needs"):
+        gpu.decode_attention(q, k_pool, v_pool, k_index, v_index, sl, kernel="cuda")

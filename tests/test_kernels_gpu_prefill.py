@@ -32,13 +32,14 @@ CASES = [
     (6, 6, 64, torch.float16, 300, 64, 0.5, 0.5, None, {}),                   # MHA (hg 1, 128 tokens/tile)
     (28, 4, 128, torch.bfloat16, 50, 200, 0.5, 0.5, None, {}),                # G 7 (hg 1)
     (32, 8, 128, torch.bfloat16, 1, 65, 0.5, 0.5, None, {}),                  # one query token
-    (32, 8, 128, torch.bfloat16, 512, 0, 0.0, 0.0, (1.0, 1.0), {}),           # compressed chunk, all sparse
+    (32, 8, 128, torch.bfloat16, 512, 0, 0.0, 0.0, (1.0, 1.0), {}),           # compressed chunk, all sparse (64 x 128)
     (32, 8, 128, torch.bfloat16, 394, 100, 0.5, 0.5, (0.5, 0.5), {}),         # compressed chunk, mixed
     (32, 8, 128, torch.bfloat16, 384, 0, 0.0, 0.0, (0.0, 1.0), {}),           # chunk V sparse only
     (32, 8, 128, torch.bfloat16, 300, 500, 0.5, 0.5, None, {"rows": 64}),     # 64 rows per program
     (32, 8, 128, torch.bfloat16, 600, 0, 0.0, 0.0, (1.0, 1.0), {"rows": 64}),
     (32, 8, 128, torch.bfloat16, 300, 500, 0.5, 0.5, None, {"threads": 128}),  # one warpgroup
     (32, 8, 128, torch.bfloat16, 600, 0, 0.0, 0.0, (1.0, 1.0), {"threads": 128}),
+    (32, 8, 128, torch.bfloat16, 640, 700, 1.0, 1.0, (1.0, 1.0), {}),       # all-2:4 chunk and prefix: 64 x 128
     (32, 8, 128, torch.bfloat16, 300, 500, 0.5, 0.5, None, {"p_major": "mn"}),  # P^T stored token-major
     (32, 8, 128, torch.bfloat16, 600, 0, 0.0, 0.0, (1.0, 1.0), {"p_major": "mn"}),
     (32, 8, 128, torch.bfloat16, 300, 500, 0.5, 0.5, None, {"softmax": "warp"}),  # statistics on the GEMM fragment

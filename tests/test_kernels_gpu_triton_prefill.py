@@ -5,7 +5,8 @@ Fresh random inputs every run; the rows past the prefix in its last block are Na
 (they must be ignored); out and lse are poisoned with NaN before each launch and checked fully
 written; every pool path
 (dense / sparse / mixed), tile (64 / 128 rows, 4 / 8 warps), head_dim 64 / 128 / 256 and the GQA
-ratios 1 / 4 / 7 / 8, 1 / 2 / 4 / 8 query heads per tile, the prefix densified first, with the prmt form of the 2:4 unpack and
+ratios 1 / 4 / 7 / 8, 1 / 2 / 4 / 8 query heads per tile, the prefix densified first, dense prefixes two blocks
+per key tile, with the prmt form of the 2:4 unpack and
 bfloat16; the prefix split among programs (auto for a short chunk after a long prefix, and forced counts).
 Cases about the in-place kernel's features pin ``densify`` so that they keep testing the path they were
 written for whatever ``gpu.prefill_densify`` picks.
@@ -61,6 +62,12 @@ CASES = [
     (16, 2, 64, torch.bfloat16, 77, 129, 0.0, 1.0, {"densify": True, "splits": 2}),
     (32, 8, 128, torch.bfloat16, 1000, 3000, 0.5, 0.5, {"densify": False}),  # long chunk, unpacked in place
     (32, 8, 128, torch.bfloat16, 200, 0, 0.0, 0.0, {"chunk_n": 64}),     # no prefix, 64-key tiles
+    (32, 8, 128, torch.bfloat16, 300, 1280, 0.0, 0.0, {"prefix_n": 64}),  # dense prefix, one block per tile
+    (32, 8, 128, torch.bfloat16, 1000, 3000, 0.5, 0.5, {"prefix_n": 64, "densify": True}),
+    (32, 8, 128, torch.bfloat16, 300, 1280, 0.0, 0.0, {"prefix_n": 128}),  # dense prefix, two blocks per tile
+    (32, 8, 128, torch.bfloat16, 300, 1000, 0.0, 0.0, {"prefix_n": 128}),  # odd block count, partial block
+    (16, 2, 64, torch.bfloat16, 64, 4000, 0.0, 0.0, {"prefix_n": 128, "splits": 5}),
+    (32, 8, 128, torch.bfloat16, 1000, 3000, 0.5, 0.5, {"prefix_n": 128, "densify": True}),
 ]
 
 

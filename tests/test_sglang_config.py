@@ -37,7 +37,7 @@ def test_unprepared_model_is_refused_with_how_to_prepare(unprepared):
     ({"decode_sk": 1.5}, 64, "sparsity out of range"),
     ({"prefill_sv": -0.1}, 64, "sparsity out of range"),
     ({"window_tokens": 0}, 64, "window-tokens"),
-    ({"decode_kernel": "tilelang"}, 64, "--hs-decode-kernel must be 'triton' or 'cuda'"),
+    ({"decode_kernel": "tilelang"}, 64, "--hs-decode-kernel must be one of auto, triton, cuda"),
 ])
 def test_inconsistent_settings(prepared, hs_args, page_size, message):
     with pytest.raises(HSConfigError, match=message):
@@ -58,7 +58,7 @@ def test_settings_come_from_recipe_then_flags(prepared):
     assert s.recipe == "llama" and (s.prefill.s_k, s.prefill.s_v, s.decode.s_k, s.decode.s_v) == (0.0, 1.0, 1.0, 0.5)
     assert (s.sink_tokens, s.window_tokens) == (128, 256)
     assert [g.retrieval for g in s.layers] == [(0, 1)] and [g.streaming for g in s.layers] == [(2, 3)]
-    assert s.decode_kernel == "triton" and resolve(prepared, {"decode_kernel": "cuda"}).decode_kernel == "cuda"
+    assert s.decode_kernel == "auto" and resolve(prepared, {"decode_kernel": "cuda"}).decode_kernel == "cuda"
 
 
 @pytest.mark.slow
