@@ -162,14 +162,17 @@ def decode_rows(rows, gen, b, ctx, quick):
                 label = (f"ours S_K={s_k} S_V={s_v}" + (" (mixed kernel)" if mixed else "")
                          + ("".join(f" {k.replace('num_', '')}={v}" for k, v in opts.items()) or f" (splits {default})"))
                 rows.append((f"decode B={b} {ctx // 1024}K", label, ms, nbytes / ms / 1e6, base / ms))
-            if cuda_decode.available() and not mixed:
-                cuda_default = gpu.cuda_decode_splits(b, H_KV, ctx // BLOCK_SIZE, q)
-                err = rel_err(gpu.cuda_decode(q, k_pool, v_pool, k_index, v_index, sl, scale, cuda_default)[0],
+            for slots in (cuda_decode.SLOTS if cuda_decode.available() and not mixed else ()):
+                if quick and slots != cuda_decode.DEFAULT_SLOTS:
+                    continue
+                cuda_default = gpu.cuda_decode_splits(b, H_KV, ctx // BLOCK_SIZE, q, slots)
+                err = rel_err(gpu.cuda_decode(q, k_pool, v_pool, k_index, v_index, sl, scale, cuda_default, slots=slots)[0],
                               gpu.triton_decode(q, k_pool, v_pool, k_index, v_index, sl, scale, default)[0])
-                for n in [cuda_default] + ([] if quick else [x for x in (8, 12, 16, 24, 48) if x != cuda_default]):
-                    ms = bench(lambda: gpu.cuda_decode(q, k_pool, v_pool, k_index, v_index, sl, scale, n))
-                    rows.append((f"decode B={b} {ctx // 1024}K", f"ours CUDA mma.sp S_K={s_k} S_V={s_v} splits={n}"
-                                 + (f" (vs Triton {err:.0e})" if n == cuda_default else ""), ms, nbytes / ms / 1e6, base / ms))
+                for n in [cuda_default] + ([] if quick else [x for x in (6, 8, 12, 16, 24, 48) if x != cuda_default]):
+                    ms = bench(lambda: gpu.cuda_decode(q, k_pool, v_pool, k_index, v_index, sl, scale, n, slots=slots))
+                    rows.append((f"decode B={b} {ctx // 1024}K", f"ours CUDA mma.sp S_K={s_k} S_V={s_v} slots={slots} "
+                                 f"splits={n}" + (f" (vs Triton {err:.0e})" if n == cuda_default else ""), ms,
+                                 nbytes / ms / 1e6, base / ms))
             if (s_k, s_v) == (1, 1):  # the product entry point: host-side checks and dispatch included
                 ms = bench(lambda: gpu.decode_attention(q, k_pool, v_pool, k_index, v_index, sl))
                 rows.append((f"decode B={b} {ctx // 1024}K", f"ours S_K={s_k} S_V={s_v} via decode_attention", ms,
