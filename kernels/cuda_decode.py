@@ -3,7 +3,8 @@
 The source is compiled with the machine's ``nvcc`` for the GPU's architecture on first use, into
 ``$HS_KERNELS_CACHE`` (default ``~/.cache/hs_kernels``) under a name that hashes the source and the
 architecture (written to a temporary name, then renamed: concurrent builds never load half a file), and
-loaded with ctypes. ``available()`` is False without nvcc or on a GPU older than sm_80 (no mma.sp).
+loaded with ctypes. ``available()`` is False without nvcc or on a GPU older than sm_80 (no mma.sp);
+``built()`` also needs the build to succeed (what ``kernel="auto"`` asks before it prefers this kernel).
 ``$HS_CUDA_DECODE_SOURCE`` names another source to build instead (a candidate version, benchmarked
 against the shipped one in the same device call).
 """
@@ -16,6 +17,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+import warnings
 from pathlib import Path
 
 import torch
@@ -37,6 +39,19 @@ def _nvcc() -> str | None:
 @functools.lru_cache(maxsize=None)
 def available() -> bool:
     return (torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 8 and _nvcc() is not None)
+
+
+@functools.lru_cache(maxsize=None)
+def built() -> bool:
+    """``available()`` and the library builds and loads here; a failed build is reported once, as a warning."""
+    if not available():
+        return False
+    try:
+        library()
+    except (RuntimeError, OSError) as e:
+        warnings.warn(f"the CUDA decode kernel does not build here, the Triton one is used: {e}", stacklevel=2)
+        return False
+    return True
 
 
 def nvcc_command(arch: str, output: Path, *extra: str) -> list[str]:

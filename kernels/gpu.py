@@ -160,8 +160,8 @@ def decode_attention(q: torch.Tensor, k_pool: BlockPool, v_pool: BlockPool,
                      num_warps: int = 2, num_stages: int = 2, kernel: str = "auto") -> tuple[torch.Tensor, torch.Tensor]:
     """``hs_kernels.attention.decode_attention`` on a GPU kernel where supported (see module doc).
 
-    ``kernel``: "auto" (the CUDA kernel where ``cuda_decode_supported``, else Triton), "cuda" (raises
-    ValueError where not supported) or "triton". ``num_splits`` (optional) overrides the split-KV count;
+    ``kernel``: "auto" (the CUDA kernel where ``cuda_decode_supported`` and it builds, else Triton), "cuda"
+    (raises ValueError where not supported, and the build's error where it does not build) or "triton". ``num_splits`` (optional) overrides the split-KV count;
     ``num_warps`` / ``num_stages`` are the Triton kernel's launch options. No host synchronisation on the
     GPU path (seq_lens are not range-checked there: they must lie in ``[1, 64 * max_blocks]``).
     """
@@ -177,6 +177,10 @@ def decode_attention(q: torch.Tensor, k_pool: BlockPool, v_pool: BlockPool,
         raise ValueError(f"seq_lens must have shape [{batch}], got {list(seq_lens.shape)}")
     scale = _ref._scale(sm_scale, q)
     use_cuda = kernel != "triton" and cuda_decode_supported(q, k_index)
+    if kernel == "auto" and use_cuda:
+        from . import cuda_decode as cd
+
+        use_cuda = cd.built()
     if kernel == "cuda" and not use_cuda:
         from . import cuda_decode as cd
 

@@ -66,7 +66,8 @@ class HSAttnBackend(AttentionBackend):
             if self.settings.decode_kernel == "cuda" and not fits:
                 raise RuntimeError(f"--hs-decode-kernel cuda needs nvcc (set CUDA_HOME), an sm_80+ GPU, head_dim in "
                                    f"{cuda_decode.HEAD_DIMS} and at most {cuda_decode.MAX_GROUP} query heads per KV head")
-            if fits and self.pool.dtype in (torch.float16, torch.bfloat16):
+            if (fits and self.pool.dtype in (torch.float16, torch.bfloat16)
+                    and (self.settings.decode_kernel == "cuda" or cuda_decode.built())):
                 cuda_decode.warm_up(self.pool.head_dim, self.pool.dtype, torch.device(self.device))
         self._heads = {}
         # decode streaming keys (hs_kernels.streaming_keys for every sequence at once): sink pages, then

@@ -89,3 +89,23 @@ def test_decode_attention_rejects_an_unknown_kernel():
     q = torch.zeros(1, 4, 64)
     with pytest.raises(ValueError, match="kernel"):
         gpu.decode_attention(q, None, None, torch.zeros(1, 1, 1, dtype=torch.int32), None, None, kernel="tilelang")
+
+
+def test_cuda_decode_that_does_not_build_is_skipped_with_a_warning(monkeypatch):
+    """kernel="auto" falls back to Triton when nvcc is there but the build fails; the failure is reported."""
+    from hs_kernels import cuda_decode
+
+    def failing_build():
+        raise RuntimeError("nvcc failed building decode_sp.cu: unsupported gpu architecture")
+
+    monkeypatch.setattr(cuda_decode, "available", lambda: True)
+    monkeypatch.setattr(cuda_decode, "library", failing_build)
+    cuda_decode.built.cache_clear()
+    try:
+        with pytest.warns(UserWarning, match="does not build here.*unsupported gpu architecture"):
+            assert cuda_decode.built() is False
+        monkeypatch.setattr(cuda_decode, "library", lambda: object())
+        cuda_decode.built.cache_clear()
+        assert cuda_decode.built() is True
+    finally:
+        cuda_decode.built.cache_clear()
