@@ -151,10 +151,10 @@ def decode_rows(rows, gen, b, ctx, quick):
     sl = torch.full((b,), ctx, dtype=torch.int32, device="cuda")
     tuning = [{"num_splits": n} for n in (8, 10, 12, 16, 24)] + [{"num_stages": 3}, {"num_warps": 4}, {"num_warps": 8}]
     scale = 1.0 / math.sqrt(D)
+    default = gpu.triton_decode_splits(b, H_KV, ctx // BLOCK_SIZE, torch.cuda.get_device_properties().multi_processor_count)
     for s_k, s_v in settings:
         for mixed in ((False, True) if (s_k, s_v) == (0, 0) else (False,)):
             k_pool, v_pool, k_index, v_index, nbytes = decode_inputs(b, ctx, s_k, s_v, gen, sparse_slots=int(mixed))
-            default = gpu.triton_decode_splits(b, H_KV, ctx // BLOCK_SIZE, torch.cuda.get_device_properties().multi_processor_count)
             variants = [{}] if (s_k, s_v) not in ((0, 0), (1, 1)) or quick or mixed else [
                 {}, *[o for o in tuning if o.get("num_splits") != default]]
             for opts in variants:

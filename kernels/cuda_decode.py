@@ -41,6 +41,11 @@ def available() -> bool:
     return (torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 8 and _nvcc() is not None)
 
 
+def supports(head_dim: int, group: int) -> bool:
+    """Whether the kernel runs here for this head_dim and query heads per KV head (the build aside)."""
+    return head_dim in HEAD_DIMS and group <= MAX_GROUP and available()
+
+
 @functools.lru_cache(maxsize=None)
 def built() -> bool:
     """``available()`` and the library builds and loads here; a failed build is reported once, as a warning."""

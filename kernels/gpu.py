@@ -103,10 +103,6 @@ def triton_decode_splits(batch: int, h_kv: int, max_blocks: int, sms: int) -> in
     return max(1, min(splits, max(1, max_blocks // 8)))
 
 
-def _decode_constexprs(h_kv: int, g: int, d: int, k_mode: int, v_mode: int, prmt: bool) -> dict:
-    return dict(H_KV=h_kv, G=g, BLOCK_H=max(16, _next_pow2(g)), D=d, K_MODE=k_mode, V_MODE=v_mode, PRMT=prmt)
-
-
 def prefill_splits(programs: int, full_blocks: int, device: torch.device) -> int:
     """Prefix splits for a prefill of ``programs`` (query tile, head) programs: enough for about two
     programs per SM, at least 16 full blocks (1024 keys) per split; 1 when the chunk fills the GPU."""
@@ -150,8 +146,7 @@ def cuda_decode_supported(q: torch.Tensor, k_index: torch.Tensor) -> bool:
     64 / 128, at most 8 query heads per KV group, nvcc on the machine (``cuda_decode``)."""
     from . import cuda_decode
 
-    return (q.shape[-1] in cuda_decode.HEAD_DIMS and q.shape[1] // k_index.shape[1] <= cuda_decode.MAX_GROUP
-            and cuda_decode.available())
+    return cuda_decode.supports(q.shape[-1], q.shape[1] // k_index.shape[1])
 
 
 def decode_attention(q: torch.Tensor, k_pool: BlockPool, v_pool: BlockPool,
@@ -176,14 +171,10 @@ def decode_attention(q: torch.Tensor, k_pool: BlockPool, v_pool: BlockPool,
     if seq_lens.shape != (batch,):
         raise ValueError(f"seq_lens must have shape [{batch}], got {list(seq_lens.shape)}")
     scale = _ref._scale(sm_scale, q)
-    use_cuda = kernel != "triton" and cuda_decode_supported(q, k_index)
-    if kernel == "auto" and use_cuda:
-        from . import cuda_decode as cd
+    from . import cuda_decode as cd
 
-        use_cuda = cd.built()
+    use_cuda = kernel != "triton" and cuda_decode_supported(q, k_index) and (kernel == "cuda" or cd.built())
     if kernel == "cuda" and not use_cuda:
-        from . import cuda_decode as cd
-
         raise ValueError(f"kernel='cuda' needs nvcc and head_dim in {cd.HEAD_DIMS} with at most {cd.MAX_GROUP} "
                          f"query heads per KV head, got head_dim {d} and {h_q // h_kv}")
     if use_cuda:
@@ -248,7 +239,8 @@ def triton_decode(q, k_pool, v_pool, k_index, v_index, seq_lens, scale: float, s
         _nonempty(v_pool.dense), _nonempty(v_pool.values), _nonempty(v_pool.meta),
         k_index.contiguous(), v_index.contiguous(), seq_lens.to(torch.int32).contiguous(),
         o_part, lse_part, scale * LOG2E, max_blocks, splits,
-        **_decode_constexprs(h_kv, g, d, _pool_kinds(k_pool), _pool_kinds(v_pool), q.is_cuda),
+        H_KV=h_kv, G=g, BLOCK_H=max(16, _next_pow2(g)), D=d,
+        K_MODE=_pool_kinds(k_pool), V_MODE=_pool_kinds(v_pool), PRMT=q.is_cuda,
         num_warps=num_warps, num_stages=num_stages)
     return _combine(q, o_part, lse_part, splits)
 

@@ -61,8 +61,7 @@ class HSAttnBackend(AttentionBackend):
             from hs_kernels import cuda_decode
 
             cfg = model_runner.model_config
-            fits = (cuda_decode.available() and self.pool.head_dim in cuda_decode.HEAD_DIMS
-                    and cfg.num_attention_heads // cfg.num_key_value_heads <= cuda_decode.MAX_GROUP)
+            fits = cuda_decode.supports(self.pool.head_dim, cfg.num_attention_heads // cfg.num_key_value_heads)
             if self.settings.decode_kernel == "cuda" and not fits:
                 raise RuntimeError(f"--hs-decode-kernel cuda needs nvcc (set CUDA_HOME), an sm_80+ GPU, head_dim in "
                                    f"{cuda_decode.HEAD_DIMS} and at most {cuda_decode.MAX_GROUP} query heads per KV head")
