@@ -113,11 +113,13 @@ def main():
     ap.add_argument("--compress-only", action="store_true", help="skip decode")
     ap.add_argument("--kernel-choice", action="store_true",
                     help="only the decode entry point's kernels (Triton, CUDA, auto) at default launch across shapes")
+    ap.add_argument("--cuda-graphs", action="store_true",
+                    help="with --kernel-choice: time each call replayed from a CUDA graph, as serving decodes (no host launch cost)")
     args = ap.parse_args()
     if args.prebuild:
         return prebuild()
     if args.kernel_choice:
-        return kernel_choice()
+        return kernel_choice(args.cuda_graphs)
     gen = torch.Generator(device="cuda")
     gen.manual_seed(0)
     b, ctx = args.batch, args.ctx
@@ -162,14 +164,17 @@ def decode_rows(rows, gen, b, ctx, quick):
                 label = (f"ours S_K={s_k} S_V={s_v}" + (" (mixed kernel)" if mixed else "")
                          + ("".join(f" {k.replace('num_', '')}={v}" for k, v in opts.items()) or f" (splits {default})"))
                 rows.append((f"decode B={b} {ctx // 1024}K", label, ms, nbytes / ms / 1e6, base / ms))
-            if cuda_decode.available() and not mixed:
-                cuda_default = gpu.cuda_decode_splits(b, H_KV, ctx // BLOCK_SIZE, q)
-                err = rel_err(gpu.cuda_decode(q, k_pool, v_pool, k_index, v_index, sl, scale, cuda_default)[0],
+            for slots in (cuda_decode.SLOTS if cuda_decode.available() and not mixed else ()):
+                if quick and slots != cuda_decode.DEFAULT_SLOTS:
+                    continue
+                cuda_default = gpu.cuda_decode_splits(b, H_KV, ctx // BLOCK_SIZE, q, slots)
+                err = rel_err(gpu.cuda_decode(q, k_pool, v_pool, k_index, v_index, sl, scale, cuda_default, slots=slots)[0],
                               gpu.triton_decode(q, k_pool, v_pool, k_index, v_index, sl, scale, default)[0])
-                for n in [cuda_default] + ([] if quick else [x for x in (8, 12, 16, 24, 48) if x != cuda_default]):
-                    ms = bench(lambda: gpu.cuda_decode(q, k_pool, v_pool, k_index, v_index, sl, scale, n))
-                    rows.append((f"decode B={b} {ctx // 1024}K", f"ours CUDA mma.sp S_K={s_k} S_V={s_v} splits={n}"
-                                 + (f" (vs Triton {err:.0e})" if n == cuda_default else ""), ms, nbytes / ms / 1e6, base / ms))
+                for n in [cuda_default] + ([] if quick else [x for x in (6, 8, 12, 16, 24, 48) if x != cuda_default]):
+                    ms = bench(lambda: gpu.cuda_decode(q, k_pool, v_pool, k_index, v_index, sl, scale, n, slots=slots))
+                    rows.append((f"decode B={b} {ctx // 1024}K", f"ours CUDA mma.sp S_K={s_k} S_V={s_v} slots={slots} "
+                                 f"splits={n}" + (f" (vs Triton {err:.0e})" if n == cuda_default else ""), ms,
+                                 nbytes / ms / 1e6, base / ms))
             if (s_k, s_v) == (1, 1):  # the product entry point: host-side checks and dispatch included
                 ms = bench(lambda: gpu.decode_attention(q, k_pool, v_pool, k_index, v_index, sl))
                 rows.append((f"decode B={b} {ctx // 1024}K", f"ours S_K={s_k} S_V={s_v} via decode_attention", ms,
@@ -186,13 +191,19 @@ CHOICE_SHAPES = [  # (batch, context, query heads, KV heads, head_dim, dtype)
 ]
 
 
-def kernel_choice():
+def kernel_choice(graphs: bool = False):
     """The decode entry point's two kernels at their default launch, and what ``kernel="auto"`` runs,
-    across batch, context, GQA ratio, head_dim and dtype; one markdown table."""
+    across batch, context, GQA ratio, head_dim and dtype; one markdown table. ``graphs``: each call timed as
+    a CUDA graph replay (``triton.testing.do_bench_cudagraph``), else launched from Python (``bench``); for
+    the small shapes the latter includes the host's launch cost."""
+    import triton.testing
+
+    time_it = (lambda fn: triton.testing.do_bench_cudagraph(fn, rep=60, return_mode="median")) if graphs else bench
     gen = torch.Generator(device="cuda")
     gen.manual_seed(0)
     sms = torch.cuda.get_device_properties().multi_processor_count
-    print(f"\n{torch.cuda.get_device_name()}, torch {torch.__version__}; decode at default launch, ms (x cuDNN)")
+    print(f"\n{torch.cuda.get_device_name()}, torch {torch.__version__}; decode at default launch, ms (x cuDNN); "
+          f"{'CUDA graph replays' if graphs else 'launched from Python'}")
     print("| B | context | heads q/kv | d | dtype | S_K/S_V | cuDNN | Triton | CUDA | auto | CUDA / Triton |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for b, ctx, h_q, h_kv, d, dt in CHOICE_SHAPES:
@@ -200,19 +211,19 @@ def kernel_choice():
         kd = torch.randn(b, h_kv, ctx, d, generator=gen, device="cuda").to(dt)
         vd = torch.randn(b, h_kv, ctx, d, generator=gen, device="cuda").to(dt)
         with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
-            base = bench(lambda: F.scaled_dot_product_attention(q[:, :, None], kd, vd, enable_gqa=True))
+            base = time_it(lambda: F.scaled_dot_product_attention(q[:, :, None], kd, vd, enable_gqa=True))
         del kd, vd
         sl = torch.full((b,), ctx, dtype=torch.int32, device="cuda")
         scale, nb = 1.0 / math.sqrt(d), ctx // BLOCK_SIZE
         for s_k, s_v in ((0, 0), (0, 1), (1, 1)):
             k_pool, v_pool, k_index, v_index, _ = decode_inputs(b, ctx, s_k, s_v, gen, h_kv=h_kv, d=d, dt=dt)
-            tri = bench(lambda: gpu.triton_decode(q, k_pool, v_pool, k_index, v_index, sl, scale,
+            tri = time_it(lambda: gpu.triton_decode(q, k_pool, v_pool, k_index, v_index, sl, scale,
                                                   gpu.triton_decode_splits(b, h_kv, nb, sms)))
             cuda = float("nan")
             if gpu.cuda_decode_supported(q, k_index):
-                cuda = bench(lambda: gpu.cuda_decode(q, k_pool, v_pool, k_index, v_index, sl, scale,
+                cuda = time_it(lambda: gpu.cuda_decode(q, k_pool, v_pool, k_index, v_index, sl, scale,
                                                      gpu.cuda_decode_splits(b, h_kv, nb, q)))
-            auto = bench(lambda: gpu.decode_attention(q, k_pool, v_pool, k_index, v_index, sl))
+            auto = time_it(lambda: gpu.decode_attention(q, k_pool, v_pool, k_index, v_index, sl))
             cells = " | ".join(f"{ms:.4f} ({base / ms:.2f}x)" for ms in (tri, cuda, auto))
             print(f"| {b} | {ctx} | {h_q}/{h_kv} | {d} | {str(dt)[6:]} | {s_k}/{s_v} | {base:.4f} | {cells} | "
                   f"{tri / cuda:.2f}x |", flush=True)

@@ -25,6 +25,8 @@ import torch
 SOURCE = Path(os.environ.get("HS_CUDA_DECODE_SOURCE") or Path(__file__).with_name("cuda") / "decode_sp.cu")
 HEAD_DIMS = (64, 128)
 MAX_GROUP = 8  # query heads per KV group: the 8 columns of one mma tile
+SLOTS = (3, 4)  # shared-memory operand slots per warp, as built (cuda/decode_sp.cu)
+DEFAULT_SLOTS = 3  # 48 KB per warp at head_dim 128: 4 warps per SM
 _ERR_UNSUPPORTED = 1000
 
 
@@ -90,19 +92,19 @@ def library() -> ctypes.CDLL:
     lib = ctypes.CDLL(str(build(f"sm_{major}{minor}")))
     p, i = ctypes.c_void_p, ctypes.c_int
     lib.hs_decode_sp.restype = i
-    lib.hs_decode_sp.argtypes = [i, i] + [p] * 12 + [ctypes.c_float] + [i] * 5 + [p]
+    lib.hs_decode_sp.argtypes = [i, i, i] + [p] * 12 + [ctypes.c_float] + [i] * 5 + [p]
     lib.hs_decode_sp_resident.restype = i
-    lib.hs_decode_sp_resident.argtypes = [i, i]
+    lib.hs_decode_sp_resident.argtypes = [i, i, i]
     return lib
 
 
 @functools.lru_cache(maxsize=None)
-def resident_per_sm(head_dim: int, dtype: torch.dtype) -> int:
-    """Programs of the kernel for (head_dim, dtype) that one SM runs at once (CUDA's occupancy
+def resident_per_sm(head_dim: int, dtype: torch.dtype, slots: int = DEFAULT_SLOTS) -> int:
+    """Programs of the kernel for (head_dim, dtype, slots) that one SM runs at once (CUDA's occupancy
     calculator on the built kernel: its registers and shared memory)."""
-    n = library().hs_decode_sp_resident(head_dim, int(dtype == torch.bfloat16))
+    n = library().hs_decode_sp_resident(head_dim, int(dtype == torch.bfloat16), slots)
     if n <= 0:
-        raise RuntimeError(f"hs_decode_sp_resident failed for head_dim {head_dim}, {dtype}")
+        raise RuntimeError(f"hs_decode_sp_resident failed for head_dim {head_dim}, {dtype}, {slots} slots")
     return n
 
 
@@ -110,22 +112,24 @@ def _ptr(x: torch.Tensor) -> int:
     return x.data_ptr() if x.numel() else 0  # an empty pool is never read
 
 
-def launch(q, k_pool, v_pool, k_index, v_index, seq_lens, o_part, lse_part, scale_log2: float, splits: int) -> None:
-    """The kernel on checked, contiguous CUDA inputs (``gpu.cuda_decode``); raises on a CUDA error."""
+def launch(q, k_pool, v_pool, k_index, v_index, seq_lens, o_part, lse_part, scale_log2: float, splits: int,
+           slots: int = DEFAULT_SLOTS) -> None:
+    """The kernel on checked, contiguous CUDA inputs (``gpu.cuda_decode``); ``slots``: one of ``SLOTS``, the
+    operands each warp stages (``slots - 1`` in flight while one is computed); raises on a CUDA error."""
     batch, h_q, d = q.shape
     h_kv, max_blocks = k_index.shape[1], k_index.shape[2]
     rc = library().hs_decode_sp(
-        d, int(q.dtype == torch.bfloat16), _ptr(q), _ptr(k_pool.dense), _ptr(k_pool.values), _ptr(k_pool.meta),
+        d, int(q.dtype == torch.bfloat16), slots, _ptr(q), _ptr(k_pool.dense), _ptr(k_pool.values), _ptr(k_pool.meta),
         _ptr(v_pool.dense), _ptr(v_pool.values), _ptr(v_pool.meta), _ptr(k_index), _ptr(v_index), _ptr(seq_lens),
         _ptr(o_part), _ptr(lse_part), scale_log2, batch, max_blocks, splits, h_kv, h_q // h_kv,
         torch.cuda.current_stream(q.device).cuda_stream)
     if rc:
-        raise RuntimeError(f"hs_decode_sp failed: {'unsupported head_dim' if rc == _ERR_UNSUPPORTED else f'CUDA error {rc}'}")
+        raise RuntimeError(f"hs_decode_sp failed: {'unsupported head_dim or slots' if rc == _ERR_UNSUPPORTED else f'CUDA error {rc}'}")
 
 
 def warm_up(head_dim: int, dtype: torch.dtype, device: torch.device) -> None:
-    """Build the library and run the (head_dim, dtype) kernel once on a one-block input, so that
-    nothing is compiled or loaded later inside a CUDA graph capture."""
+    """Build the library and run the (head_dim, dtype) kernel at the default slots once on a one-block input,
+    so that nothing is compiled or loaded later inside a CUDA graph capture."""
     from .pool import BlockPool
 
     pools = [BlockPool.allocate(op, head_dim, 1, 1, dtype, device) for op in ("k", "v")]

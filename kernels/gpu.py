@@ -81,11 +81,12 @@ def wave_splits(programs: int, blocks: int, resident: int) -> int:
     return best
 
 
-def cuda_decode_splits(batch: int, h_kv: int, max_blocks: int, q: torch.Tensor) -> int:
+def cuda_decode_splits(batch: int, h_kv: int, max_blocks: int, q: torch.Tensor, slots: int | None = None) -> int:
     """Default split count of the CUDA decode: ``wave_splits`` with the built kernel's residency."""
     from . import cuda_decode as cd
 
-    return wave_splits(batch * h_kv, max_blocks, _sm_count(q.device) * cd.resident_per_sm(q.shape[-1], q.dtype))
+    resident = cd.resident_per_sm(q.shape[-1], q.dtype, slots or cd.DEFAULT_SLOTS)
+    return wave_splits(batch * h_kv, max_blocks, _sm_count(q.device) * resident)
 
 
 @functools.lru_cache(maxsize=None)
@@ -183,9 +184,10 @@ def decode_attention(q: torch.Tensor, k_pool: BlockPool, v_pool: BlockPool,
     return triton_decode(q, k_pool, v_pool, k_index, v_index, seq_lens, scale, splits, num_warps, num_stages)
 
 
-def cuda_decode(q, k_pool, v_pool, k_index, v_index, seq_lens, scale: float, splits: int, parts=None):
+def cuda_decode(q, k_pool, v_pool, k_index, v_index, seq_lens, scale: float, splits: int, parts=None,
+                slots: int | None = None):
     """Launch the CUDA decode (``cuda_decode``) on checked inputs, then Triton's combine; ``parts`` as
-    ``triton_decode``."""
+    ``triton_decode``; ``slots``: ``cuda_decode.launch``'s (default ``cuda_decode.DEFAULT_SLOTS``)."""
     from . import cuda_decode as cd
     from .triton_blocks import LOG2E
 
@@ -193,7 +195,7 @@ def cuda_decode(q, k_pool, v_pool, k_index, v_index, seq_lens, scale: float, spl
     o_part, lse_part = parts or (torch.empty(batch, h_q, splits, d, dtype=torch.float32, device=q.device),
                                  torch.empty(batch, h_q, splits, dtype=torch.float32, device=q.device))
     cd.launch(q.contiguous(), k_pool, v_pool, k_index.contiguous(), v_index.contiguous(),
-              seq_lens.to(torch.int32).contiguous(), o_part, lse_part, scale * LOG2E, splits)
+              seq_lens.to(torch.int32).contiguous(), o_part, lse_part, scale * LOG2E, splits, slots or cd.DEFAULT_SLOTS)
     return _combine(q, o_part, lse_part, splits)
 
 

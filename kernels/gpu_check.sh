@@ -2,7 +2,8 @@
 # The GPU check on the device machine (H200), from the repository root, one stage per call (each under the
 # 600 s limit). Logs go to $OUT/<stage>/; the last lines printed are the tables.
 #   decode:  carry nothing (TileLang's cases then skip). GPU tests of the decode, compression and streaming
-#            kernels; the decode table; the streaming table; the CUDA rows again for each kernels/cuda/decode_sp_v*.cu.
+#            kernels; the decode table; the streaming table; the kernel choice across shapes (CUDA graph replays);
+#            the CUDA rows again for each kernels/cuda/decode_sp_v*.cu.
 #   prefill: carry nothing. GPU tests of the Triton prefill; its table, the question-after-a-cached-prefix
 #            table and where copying a 2:4 prefix dense first pays.
 #   tl:      carry .dev/site.tar.xz. TileLang prefill: compile every tested/benchmarked variant, tests, benchmark.
@@ -18,6 +19,7 @@ decode)
         tests/test_kernels_gpu_compress.py 2>&1 | tee "$log/tests.log" | tail -5
     python -m hs_kernels.bench_gpu --decode-only 2>&1 | tee "$log/bench_decode.log" | tail -30
     python -m hs_kernels.bench_stream 2>&1 | tee "$log/bench_stream.log" | tail -7
+    python -m hs_kernels.bench_gpu --kernel-choice --cuda-graphs 2>&1 | tee "$log/kernel_choice.log" | tail -32
     # a candidate CUDA decode source written next to the shipped one before the call (untracked files travel)
     for alt in kernels/cuda/decode_sp_v*.cu; do
         [ -f "$alt" ] || continue

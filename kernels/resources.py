@@ -173,7 +173,7 @@ def triton_usage(v: Variant) -> Usage:
 
 
 def cuda_decode_usage() -> list[Usage]:
-    """The CUDA decode's four instantiations (head_dim 64 / 128 x fp16 / bf16)."""
+    """The CUDA decode's instantiations (head_dim 64 / 128 x fp16 / bf16 x the slot counts)."""
     from . import cuda_decode
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -183,9 +183,9 @@ def cuda_decode_usage() -> list[Usage]:
 
 
 def _instantiation(mangled: str) -> str:
-    """'_Z16decode_sp_kernelILi128ELb1EEv...' -> 'd128 bf16'."""
-    m = re.search(r"ILi(\d+)ELb([01])E", mangled)
-    return f"d{m.group(1)} {'bf16' if m.group(2) == '1' else 'fp16'}" if m else mangled
+    """'_Z16decode_sp_kernelILi128ELb1ELi3EEv...' -> 'd128 bf16 3 slots'."""
+    m = re.search(r"ILi(\d+)ELb([01])ELi(\d+)E", mangled)
+    return f"d{m.group(1)} {'bf16' if m.group(2) == '1' else 'fp16'} {m.group(3)} slots" if m else mangled
 
 
 def tilelang_usage() -> list[Usage]:

@@ -51,7 +51,7 @@ def check(case, splits, scale, kernel="triton", **launch):
     parts = (torch.full((batch, h_q, splits, d), float("nan"), device="cuda"),
              torch.full((batch, h_q, splits), float("nan"), device="cuda"))
     if kernel == "cuda":
-        out, lse = gpu.cuda_decode(q, k_pool, v_pool, k_index, v_index, sl, scale, splits, parts=parts)
+        out, lse = gpu.cuda_decode(q, k_pool, v_pool, k_index, v_index, sl, scale, splits, parts=parts, **launch)
     else:
         out, lse = gpu.triton_decode(q, k_pool, v_pool, k_index, v_index, sl, scale, splits, parts=parts, **launch)
     torch.cuda.synchronize()
@@ -75,8 +75,9 @@ def test_decode_matches_reference(case, splits):
     (1, 16, 2, 128, torch.float16, [9000], 0.9, 0.8)],
     ids=lambda c: f"b{c[0]}-hq{c[1]}-hkv{c[2]}-d{c[3]}-{str(c[4])[6:]}-k{c[6]}-v{c[7]}")
 @pytest.mark.parametrize("splits", [1, 3, 16])
-def test_cuda_decode_matches_reference(case, splits):
-    check(case, splits, 1.0 / math.sqrt(case[3]) if splits != 3 else 0.07, kernel="cuda")
+@pytest.mark.parametrize("slots", cuda_decode.SLOTS)
+def test_cuda_decode_matches_reference(case, splits, slots):
+    check(case, splits, 1.0 / math.sqrt(case[3]) if splits != 3 else 0.07, kernel="cuda", slots=slots)
 
 
 @needs_cuda_kernel
@@ -101,7 +102,8 @@ def test_cuda_decode_split_choice():
     """The occupancy query behind the CUDA decode's default splits answers for every instantiation."""
     for d in cuda_decode.HEAD_DIMS:
         for dtype in (torch.bfloat16, torch.float16):
-            assert 1 <= cuda_decode.resident_per_sm(d, dtype) <= 32
+            for slots in cuda_decode.SLOTS:
+                assert 1 <= cuda_decode.resident_per_sm(d, dtype, slots) <= 32
     q = torch.zeros(8, 32, 128, dtype=torch.bfloat16, device="cuda")
     assert 1 <= gpu.cuda_decode_splits(8, 8, 512, q) <= 512
 

@@ -17,7 +17,7 @@ def test_ptxas_log_parsing():
            "    8 bytes stack frame, 12 bytes spill stores, 20 bytes spill loads\n"
            "ptxas info    : Used 168 registers, used 0 barriers\n")
     assert resources._parse(log) == [(168, 32)]
-    assert resources._instantiation("_Z16decode_sp_kernelILi128ELb1EEvPKt") == "d128 bf16"
+    assert resources._instantiation("_Z16decode_sp_kernelILi128ELb1ELi3EEvPKt") == "d128 bf16 3 slots"
 
 
 @pytest.mark.parametrize("variant", resources.variants(), ids=lambda v: v.name)
@@ -29,7 +29,8 @@ def test_triton_variant_does_not_spill(variant):
 
 def test_cuda_decode_does_not_spill():
     usages = resources.cuda_decode_usage()
-    assert sorted(u.name for u in usages) == [f"cuda decode d{d} {t}" for d in (128, 64) for t in ("bf16", "fp16")]
+    assert sorted(u.name for u in usages) == sorted(f"cuda decode d{d} {t} {n} slots" for d in (128, 64)
+                                                   for t in ("bf16", "fp16") for n in cuda_decode.SLOTS)
     assert all(u.spill_bytes == 0 and 0 < u.registers <= 255 for u in usages), usages
 
 

@@ -15,8 +15,11 @@
 // elements of a token, so the reduction index of a K chunk is a permutation of head_dim (Q^T is read
 // with the same one), and dense V's 8 x 8 pieces are transposed by movmatrix with the rows of O^T a
 // permutation of head_dim (`o_dim`; sparse V^T rows follow it, the output store undoes it).
-// Blocks are staged in shared memory by cp.async, two stages: block j + 1's bytes are in flight while
-// block j is computed, so a warp's loads no longer wait on registers (v3 read dense pools at 2.45 TB/s).
+// Each operand of a block (K, then V; dense or 2:4 values + metadata) is staged in shared memory by cp.async
+// in a ring of SLOTS slots of a dense operand's size: SLOTS - 1 operands are in flight while one is computed.
+// One warp is latency-bound (v4, two stages of whole blocks, 64 KB: 3 warps per SM, S = 1/1 at 80 % of the copy
+// rate, the bytes in flight per SM over the memory latency); operand slots keep more bytes in flight per
+// byte of shared memory (3 slots: 48 KB, 4 warps per SM; 4 slots: 64 KB, 3 operands in flight per warp).
 // Rows are stored with an XOR swizzle of their 16-byte chunks so that each fragment read is free of
 // bank conflicts (`dense_unit`, `k_word`, `v_word`).
 #include <cuda_bf16.h>
@@ -106,7 +109,8 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(gmem));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
-__device__ __forceinline__ void cp_async_wait_one() { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
 
 // Shared-memory positions of the staged blocks. A dense [64, D] row is D / 8 16-byte units; lanes g, g + 1
 // of a quarter warp read rows r, r + 1 (units 4c + t), so odd rows swap their unit halves.
@@ -146,9 +150,32 @@ __device__ __forceinline__ void stage_block(uint8_t* dst, int entry, const uint1
     for (int u = lane; u < BS * D / 128; u += 32) cp_async16(mdst + u, msrc + u);
 }
 
+// Operand n of a split (block start + n / 2; K when n is even, V when odd) into its slot, as one commit group
+// (an empty one past the split's end, so that every step waits for the same count).
+template <int D>
+__device__ __forceinline__ void stage_operand(uint8_t* slot, int n, int operands, int entry, const uint16_t* k_dense,
+                                              const uint32_t* k_vals, const uint32_t* k_meta, const uint16_t* v_dense,
+                                              const uint32_t* v_vals, const uint32_t* v_meta, int lane) {
+    if (n < operands) {
+        if (n & 1)
+            stage_block<D, false>(slot, entry, v_dense, v_vals, v_meta, lane);
+        else
+            stage_block<D, true>(slot, entry, k_dense, k_vals, k_meta, lane);
+    }
+    cp_async_commit();
+}
+
+// entries[i]: the index entry of operand op + i; one step on, the next one read from global memory
+template <int N>
+__device__ __forceinline__ void shift_in(int (&entries)[N], int next) {
+    #pragma unroll
+    for (int i = 0; i + 1 < N; i++) entries[i] = entries[i + 1];
+    entries[N - 1] = next;
+}
+
 // Pools: dense [slots, 64, D] elements; K sparse values [slots, 64, D / 2] and metadata [slots, 64, D / 16]
 // int16, V^T sparse values [slots, D, 32] and metadata [slots, D, 4] (hs_kernels.format), read as 32-bit words.
-template <int D, bool BF16>
+template <int D, bool BF16, int SLOTS>
 __global__ void __launch_bounds__(32, 1) decode_sp_kernel(
     const uint16_t* __restrict__ q, const uint16_t* __restrict__ k_dense, const uint32_t* __restrict__ k_vals,
     const uint32_t* __restrict__ k_meta, const uint16_t* __restrict__ v_dense, const uint32_t* __restrict__ v_vals,
@@ -183,57 +210,30 @@ __global__ void __launch_bounds__(32, 1) decode_sp_kernel(
         for (int r = 0; r < 4; r++) o[mi][r] = 0.f;
     const size_t index_row = ((size_t)b * h_kv + kv) * max_blocks;
 
-    // stage (j - start) & 1 holds block j: K, then V at OPERAND_BYTES. Block j + 1 is copied while j is
-    // computed; its index entries were read one iteration before that
     extern __shared__ uint4 smem[];
     constexpr int OPERAND_BYTES = BS * D * 2;
-    uint8_t* stages = reinterpret_cast<uint8_t*>(smem);
-    int ke = 0, ve = 0, ke_next = 0, ve_next = 0;
-    if (start < stop) {
-        ke = k_index[index_row + start];
-        ve = v_index[index_row + start];
-        stage_block<D, true>(stages, ke, k_dense, k_vals, k_meta, lane);
-        stage_block<D, false>(stages + OPERAND_BYTES, ve, v_dense, v_vals, v_meta, lane);
-    }
-    cp_async_commit();
-    if (start + 1 < stop) {
-        ke_next = k_index[index_row + start + 1];
-        ve_next = v_index[index_row + start + 1];
-    }
-    for (int j = start; j < stop; j++) {
-        uint8_t* here = stages + ((j - start) & 1) * 2 * OPERAND_BYTES;
-        if (j + 1 < stop) {
-            uint8_t* there = stages + ((j + 1 - start) & 1) * 2 * OPERAND_BYTES;
-            stage_block<D, true>(there, ke_next, k_dense, k_vals, k_meta, lane);
-            stage_block<D, false>(there + OPERAND_BYTES, ve_next, v_dense, v_vals, v_meta, lane);
-        }
-        cp_async_commit();
-        int ke_after = 0, ve_after = 0;
-        if (j + 2 < stop) {
-            ke_after = k_index[index_row + j + 2];
-            ve_after = v_index[index_row + j + 2];
-        }
-        cp_async_wait_one();
-        __syncwarp();
-        const uint32_t* kw = reinterpret_cast<const uint32_t*>(here);
-        const uint32_t* vw = reinterpret_cast<const uint32_t*>(here + OPERAND_BYTES);
+    constexpr int AHEAD = SLOTS - 1;  // operands in flight while one is computed
+    uint8_t* slots = reinterpret_cast<uint8_t*>(smem);
+    const int operands = 2 * max(0, stop - start);
+    auto entry = [&](int n) { return n < operands ? ((n & 1) ? v_index : k_index)[index_row + start + (n >> 1)] : 0; };
+    auto slot = [&](int n) { return slots + (n % SLOTS) * OPERAND_BYTES; };
+    int entries[AHEAD + 2];  // operands op .. op + AHEAD + 1: read two steps before their copy is issued
+    #pragma unroll
+    for (int i = 0; i < AHEAD + 2; i++) entries[i] = entry(i);
+    #pragma unroll
+    for (int i = 0; i < AHEAD; i++)
+        stage_operand<D>(slot(i), i, operands, entries[i], k_dense, k_vals, k_meta, v_dense, v_vals, v_meta, lane);
+    // each step copies operand op + AHEAD into the slot that operand op - 1 left, then waits for operand op
+    for (int op = 0; op < operands; op += 2) {
+        const int j = start + (op >> 1);
         const int valid = min(BS, seq_len - j * BS);
-        uint32_t va[MI][2][4], ve_meta[MI][2];  // sparse V^T fragments and metadata registers
-        if (ve < 0) {
-            const uint32_t* vm = vw + BS * D / 4;
-            #pragma unroll
-            for (int mi = 0; mi < MI; mi++) {
-                const int r0 = o_dim(mi, g), r1 = r0 + 2;
-                #pragma unroll
-                for (int kc = 0; kc < 2; kc++) {
-                    va[mi][kc][0] = vw[v_word(r0, 8 * kc + t)];
-                    va[mi][kc][1] = vw[v_word(r1, 8 * kc + t)];
-                    va[mi][kc][2] = vw[v_word(r0, 8 * kc + 4 + t)];
-                    va[mi][kc][3] = vw[v_word(r1, 8 * kc + 4 + t)];
-                    ve_meta[mi][kc] = meta_reg(vm[r0 * 2 + kc], vm[r1 * 2 + kc], t);
-                }
-            }
-        }
+        const int ke = entries[0];
+        stage_operand<D>(slot(op + AHEAD), op + AHEAD, operands, entries[AHEAD], k_dense, k_vals, k_meta, v_dense,
+                         v_vals, v_meta, lane);
+        shift_in(entries, entry(op + AHEAD + 2));
+        cp_async_wait<AHEAD>();
+        __syncwarp();
+        const uint32_t* kw = reinterpret_cast<const uint32_t*>(slot(op));
         float s[4][4];  // S^T tile mt: [0], [1] token 16mt + g, heads 2t, 2t + 1; [2], [3] token + 8
         #pragma unroll
         for (int mt = 0; mt < 4; mt++)
@@ -304,14 +304,27 @@ __global__ void __launch_bounds__(32, 1) decode_sp_kernel(
             o[mi][2] *= alpha[0];
             o[mi][3] *= alpha[1];
         }
+        __syncwarp();  // every lane is done with K's slot: the V step copies into it
+        const int ve = entries[0];
+        stage_operand<D>(slot(op + 1 + AHEAD), op + 1 + AHEAD, operands, entries[AHEAD], k_dense, k_vals, k_meta,
+                         v_dense, v_vals, v_meta, lane);
+        shift_in(entries, entry(op + AHEAD + 3));
+        cp_async_wait<AHEAD>();
+        __syncwarp();
+        const uint32_t* vw = reinterpret_cast<const uint32_t*>(slot(op + 1));
         if (ve < 0) {
+            const uint32_t* vm = vw + BS * D / 4;
             #pragma unroll
-            for (int mi = 0; mi < MI; mi++)
+            for (int mi = 0; mi < MI; mi++) {
+                const int r0 = o_dim(mi, g), r1 = r0 + 2;
                 #pragma unroll
                 for (int kc = 0; kc < 2; kc++) {
+                    const uint32_t va[4] = {vw[v_word(r0, 8 * kc + t)], vw[v_word(r1, 8 * kc + t)],
+                                            vw[v_word(r0, 8 * kc + 4 + t)], vw[v_word(r1, 8 * kc + 4 + t)]};
                     const uint32_t bb[4] = {pt[4 * kc], pt[4 * kc + 1], pt[4 * kc + 2], pt[4 * kc + 3]};
-                    mma_sp<BF16>(o[mi], va[mi][kc], bb, ve_meta[mi][kc]);
+                    mma_sp<BF16>(o[mi], va, bb, meta_reg(vm[r0 * 2 + kc], vm[r1 * 2 + kc], t));
                 }
+            }
         } else {
             // token-major V, 16 bytes per lane and token, transposed per 8 x 8 piece (o_dim); rows past the
             // sequence end may be stale: zeros
@@ -334,11 +347,7 @@ __global__ void __launch_bounds__(32, 1) decode_sp_kernel(
                     }
                 }
         }
-        __syncwarp();  // every lane is done with this stage before the next iteration copies block j + 2 into it
-        ke = ke_next;
-        ve = ve_next;
-        ke_next = ke_after;
-        ve_next = ve_after;
+        __syncwarp();  // every lane is done with V's slot: the next K step copies into it
     }
 
     #pragma unroll
@@ -357,32 +366,32 @@ __global__ void __launch_bounds__(32, 1) decode_sp_kernel(
     }
 }
 
-template <int D, bool BF16>
-constexpr int smem_bytes() { return 4 * BS * D * 2; }  // two stages of K and V, each the size of a dense block
+template <int D, int SLOTS>
+constexpr int smem_bytes() { return SLOTS * BS * D * 2; }  // each slot the size of a dense operand
 
-template <int D, bool BF16>
+template <int D, bool BF16, int SLOTS>
 cudaError_t configure() {
-    static const cudaError_t rc =
-        cudaFuncSetAttribute(decode_sp_kernel<D, BF16>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes<D, BF16>());
+    static const cudaError_t rc = cudaFuncSetAttribute(decode_sp_kernel<D, BF16, SLOTS>,
+                                                       cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes<D, SLOTS>());
     return rc;
 }
 
-template <int D, bool BF16>
+template <int D, bool BF16, int SLOTS>
 int resident_per_sm() {
     int n = 0;
-    if (configure<D, BF16>() != cudaSuccess ||
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, decode_sp_kernel<D, BF16>, 32, smem_bytes<D, BF16>()) != cudaSuccess)
+    if (configure<D, BF16, SLOTS>() != cudaSuccess ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, decode_sp_kernel<D, BF16, SLOTS>, 32, smem_bytes<D, SLOTS>()) != cudaSuccess)
         return -1;
     return n;
 }
 
-template <int D, bool BF16>
+template <int D, bool BF16, int SLOTS>
 cudaError_t launch(const void* q, const void* k_dense, const void* k_vals, const void* k_meta, const void* v_dense,
                    const void* v_vals, const void* v_meta, const int32_t* k_index, const int32_t* v_index,
                    const int32_t* seq_lens, float* o_part, float* lse_part, float scale_log2, int batch, int max_blocks,
                    int splits, int h_kv, int group, cudaStream_t stream) {
-    if (const cudaError_t rc = configure<D, BF16>(); rc != cudaSuccess) return rc;
-    decode_sp_kernel<D, BF16><<<dim3(splits, h_kv, batch), 32, smem_bytes<D, BF16>(), stream>>>(
+    if (const cudaError_t rc = configure<D, BF16, SLOTS>(); rc != cudaSuccess) return rc;
+    decode_sp_kernel<D, BF16, SLOTS><<<dim3(splits, h_kv, batch), 32, smem_bytes<D, SLOTS>(), stream>>>(
         static_cast<const uint16_t*>(q), static_cast<const uint16_t*>(k_dense), static_cast<const uint32_t*>(k_vals),
         static_cast<const uint32_t*>(k_meta), static_cast<const uint16_t*>(v_dense),
         static_cast<const uint32_t*>(v_vals), static_cast<const uint32_t*>(v_meta), k_index, v_index, seq_lens, o_part,
@@ -392,25 +401,32 @@ cudaError_t launch(const void* q, const void* k_dense, const void* k_vals, const
 
 }  // namespace
 
-// 0 on success, else a cudaError_t; 1000 for an unsupported (head_dim, dtype).
-extern "C" int hs_decode_sp(int head_dim, int bf16, const void* q, const void* k_dense, const void* k_vals,
+// The supported (head_dim, dtype, slots), each as X(D, BF16, SLOTS).
+#define HS_VARIANTS(X) X(64, true, 3) X(64, false, 3) X(128, true, 3) X(128, false, 3) \
+                       X(64, true, 4) X(64, false, 4) X(128, true, 4) X(128, false, 4)
+
+// 0 on success, else a cudaError_t; 1000 for an unsupported (head_dim, dtype, slots).
+extern "C" int hs_decode_sp(int head_dim, int bf16, int slots, const void* q, const void* k_dense, const void* k_vals,
                             const void* k_meta, const void* v_dense, const void* v_vals, const void* v_meta,
                             const int32_t* k_index, const int32_t* v_index, const int32_t* seq_lens, float* o_part,
                             float* lse_part, float scale_log2, int batch, int max_blocks, int splits, int h_kv,
                             int group, void* stream) {
     auto s = static_cast<cudaStream_t>(stream);
-#define HS_LAUNCH(D, B) launch<D, B>(q, k_dense, k_vals, k_meta, v_dense, v_vals, v_meta, k_index, v_index, seq_lens, \
-                                     o_part, lse_part, scale_log2, batch, max_blocks, splits, h_kv, group, s)
-    if (head_dim == 64) return bf16 ? HS_LAUNCH(64, true) : HS_LAUNCH(64, false);
-    if (head_dim == 128) return bf16 ? HS_LAUNCH(128, true) : HS_LAUNCH(128, false);
+#define HS_LAUNCH(D, B, S)                                                                                            \
+    if (head_dim == D && (bf16 != 0) == B && slots == S)                                                             \
+        return launch<D, B, S>(q, k_dense, k_vals, k_meta, v_dense, v_vals, v_meta, k_index, v_index, seq_lens, o_part, \
+                               lse_part, scale_log2, batch, max_blocks, splits, h_kv, group, s);
+    HS_VARIANTS(HS_LAUNCH)
 #undef HS_LAUNCH
     return 1000;
 }
 
-// Programs of the (head_dim, dtype) kernel resident on one SM at once (registers and shared memory), for
-// the split choice; -1 on a CUDA error or an unsupported (head_dim, dtype).
-extern "C" int hs_decode_sp_resident(int head_dim, int bf16) {
-    if (head_dim == 64) return bf16 ? resident_per_sm<64, true>() : resident_per_sm<64, false>();
-    if (head_dim == 128) return bf16 ? resident_per_sm<128, true>() : resident_per_sm<128, false>();
+// Programs of the (head_dim, dtype, slots) kernel resident on one SM at once (registers and shared memory),
+// for the split choice; -1 on a CUDA error or an unsupported (head_dim, dtype, slots).
+extern "C" int hs_decode_sp_resident(int head_dim, int bf16, int slots) {
+#define HS_RESIDENT(D, B, S) \
+    if (head_dim == D && (bf16 != 0) == B && slots == S) return resident_per_sm<D, B, S>();
+    HS_VARIANTS(HS_RESIDENT)
+#undef HS_RESIDENT
     return -1;
 }
