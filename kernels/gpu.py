@@ -284,12 +284,11 @@ def prefill_prefix_n(block_m: int) -> int:
     return 128 if block_m >= 128 else 64
 
 
-def prefill_tma(*tensors: torch.Tensor) -> bool:
-    """Default of ``tma``: the chunk's keys and values (and a dense prefix's pools) read through Hopper's
-    tensor memory accelerator (``triton_prefill``) on sm_90 and later, where every one of these contiguous
-    ``tensors`` is 16-byte aligned with 16-byte rows, as TMA requires."""
-    return (tensors[0].is_cuda and torch.cuda.get_device_capability(tensors[0].device)[0] >= 9
-            and all(x.data_ptr() % 16 == 0 and x.shape[-1] * x.element_size() % 16 == 0 for x in tensors))
+def prefill_tma(k: torch.Tensor, v: torch.Tensor) -> bool:
+    """Default of ``tma``: the chunk's keys and values read through Hopper's tensor memory accelerator
+    (``triton_prefill``) on sm_90 and later, where their rows are 16-byte aligned, as TMA requires."""
+    return (k.is_cuda and torch.cuda.get_device_capability(k.device)[0] >= 9
+            and all(x.data_ptr() % 16 == 0 and x.shape[1] * x.shape[2] * x.element_size() % 16 == 0 for x in (k, v)))
 
 
 def prefill_densify(readers: int, mixed: bool, h_kv: int, used: int, head_dim: int, itemsize: int) -> bool:
@@ -368,8 +367,7 @@ def triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len: int, s
     transient memory: the prefix's K and V, dense) and run the dense variant on it (default
     ``prefill_densify``). ``prefix_n``: keys per tile of a dense prefix (64, or 128: two blocks, at most
     ``block_m``; default ``prefill_prefix_n``; a prefix with 2:4 blocks, unless densified, takes 64). ``tma``: the
-    chunk's keys and values, and a dense prefix read two blocks per key tile, loaded as tensor-descriptor
-    tiles (default ``prefill_tma``). Launch options left None
+    chunk's keys and values loaded as tensor-descriptor tiles (default ``prefill_tma``). Launch options left None
     take ``prefill_launch``'s defaults for the head_dim."""
     from . import triton_prefill as tp
     from .triton_blocks import DENSE, LOG2E, SPARSE
@@ -401,19 +399,16 @@ def triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len: int, s
         torch.empty(t, h_q, splits, dtype=torch.float32, device=q.device))
     k_index, v_index = _with_column(k_index), _with_column(v_index)
     k, v = k.contiguous(), v.contiguous()
-    k_dense, v_dense = _nonempty(k_pool.dense), _nonempty(v_pool.dense)
-    tma = prefill_tma(k, v, k_dense, v_dense) if tma is None else tma
-    k_tiles, v_tiles = k_dense, v_dense  # unused unless tma
+    tma = prefill_tma(k, v) if tma is None else tma
     if tma:
         from triton.tools.tensor_descriptor import TensorDescriptor
 
         k, v = (TensorDescriptor.from_tensor(x.view(t, h_kv * d), [chunk_n, d]) for x in (k, v))
-        k_tiles, v_tiles = (TensorDescriptor.from_tensor(x.view(-1, d), [BLOCK_SIZE, d]) for x in (k_dense, v_dense))
     tp.prefill_kernel[(tiles, h_q // hg, splits)](
-        q.contiguous(), k, v, k_dense, _nonempty(k_pool.values), _nonempty(k_pool.meta),
-        v_dense, _nonempty(v_pool.values), _nonempty(v_pool.meta),
+        q.contiguous(), k, v,
+        _nonempty(k_pool.dense), _nonempty(k_pool.values), _nonempty(k_pool.meta),
+        _nonempty(v_pool.dense), _nonempty(v_pool.values), _nonempty(v_pool.meta),
         k_index, v_index, part_out, part_lse, scale * LOG2E, t, prefix_len, k_index.shape[1], per_split,
-        k_tiles, v_tiles,
         H_KV=h_kv, G=h_q // h_kv, D=d, BLOCK_M=block_m, HG=hg, K_MODE=k_mode, V_MODE=v_mode,
         PRMT=q.is_cuda, SELECT=select, SPLIT=splits > 1, CHUNK_N=chunk_n,
         PREFIX_N=prefix_n if k_mode == v_mode == DENSE else BLOCK_SIZE, TMA=tma, num_warps=num_warps,

@@ -13,9 +13,7 @@ Online softmax in base 2 over three key loops:
   * the chunk's key tiles (``CHUNK_N`` keys) wholly below the tile's first token (no mask);
   * the rest up to its last token (causal mask).
 The chunk's own keys come dense from ``k``/``v`` (the serving backend passes them already pruned); with
-``TMA`` these are tensor descriptors ``[T, H_KV * D]`` of ``CHUNK_N x D`` tiles (Hopper's bulk copies), and
-a dense prefix read two blocks per key tile comes through ``k_tiles`` / ``v_tiles``, descriptors of the dense
-pools as ``[slots * 64, D]`` in block tiles (else they are unused).
+``TMA`` these are tensor descriptors ``[T, H_KV * D]`` of ``CHUNK_N x D`` tiles (Hopper's bulk copies).
 With ``SPLIT`` the prefix blocks are divided among the programs of grid axis 2 (``per_split``
 blocks each; the last one also takes the partial block and the chunk) and each writes its
 normalised partial output and log-sum-exp for ``triton_decode.combine_kernel``: a short chunk
@@ -48,21 +46,6 @@ def _softmax_step(q, k, v, m_i, l_i, acc, scale_log2, visible, MASKED: tl.conste
 
 
 @triton.jit
-def _softmax_pair(q, ka, va, kb, vb, m_i, l_i, acc, scale_log2):
-    """``_softmax_step`` over the keys of two blocks, each block's tiles fed to the tensor cores as loaded
-    (joining two TMA tiles into one would round-trip them through registers)."""
-    sa = tl.dot(q, tl.trans(ka))
-    sb = tl.dot(q, tl.trans(kb))
-    m_new = tl.maximum(m_i, tl.maximum(tl.max(sa, 1), tl.max(sb, 1)) * scale_log2)
-    alpha = tl.exp2(m_i - m_new)
-    pa = tl.exp2(sa * scale_log2 - m_new[:, None])
-    pb = tl.exp2(sb * scale_log2 - m_new[:, None])
-    l_i = l_i * alpha + tl.sum(pa, 1) + tl.sum(pb, 1)
-    acc = acc * alpha[:, None] + tl.dot(pa.to(va.dtype), va) + tl.dot(pb.to(vb.dtype), vb)
-    return m_new, l_i, acc
-
-
-@triton.jit
 def _prefix_block(q, m_i, l_i, acc, scale_log2, j, live, k_dense, k_vals, k_meta, v_dense, v_vals, v_meta,
                   k_index, v_index, index_row, dense_off, dense_t_off, kv_off, km_off, vv_off, vm_off,
                   D: tl.constexpr, K_MODE: tl.constexpr, V_MODE: tl.constexpr, PRMT: tl.constexpr,
@@ -90,7 +73,7 @@ def _prefix_block(q, m_i, l_i, acc, scale_log2, j, live, k_dense, k_vals, k_meta
 
 @triton.jit(do_not_specialize=["t_len", "prefix_len", "nb", "per_split"])  # one compile per variant, not per length
 def prefill_kernel(q_ptr, k_ptr, v_ptr, k_dense, k_vals, k_meta, v_dense, v_vals, v_meta, k_index, v_index,
-                   out_ptr, lse_ptr, scale_log2, t_len, prefix_len, nb, per_split, k_tiles, v_tiles,
+                   out_ptr, lse_ptr, scale_log2, t_len, prefix_len, nb, per_split,
                    H_KV: tl.constexpr, G: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, HG: tl.constexpr,
                    K_MODE: tl.constexpr, V_MODE: tl.constexpr, PRMT: tl.constexpr, SELECT: tl.constexpr,
                    SPLIT: tl.constexpr, CHUNK_N: tl.constexpr, PREFIX_N: tl.constexpr, TMA: tl.constexpr):
@@ -126,18 +109,11 @@ def prefill_kernel(q_ptr, k_ptr, v_ptr, k_dense, k_vals, k_meta, v_dense, v_vals
         low_block = ptok < BS
         pair_off = (ptok % BS)[:, None] * D + cols[None, :]
         for j in range(lo, lo + (hi - lo) // 2 * 2, 2):
-            if TMA:
-                ka = k_tiles.load([tl.load(k_index + index_row + j) * BS, 0])
-                kb = k_tiles.load([tl.load(k_index + index_row + j + 1) * BS, 0])
-                va = v_tiles.load([tl.load(v_index + index_row + j) * BS, 0])
-                vb = v_tiles.load([tl.load(v_index + index_row + j + 1) * BS, 0])
-                m_i, l_i, acc = _softmax_pair(q, ka, va, kb, vb, m_i, l_i, acc, scale_log2)
-            else:
-                ke = tl.where(low_block, tl.load(k_index + index_row + j), tl.load(k_index + index_row + j + 1))
-                ve = tl.where(low_block, tl.load(v_index + index_row + j), tl.load(v_index + index_row + j + 1))
-                k = tl.load(k_dense + ke[:, None].to(tl.int64) * (BS * D) + pair_off)
-                v = tl.load(v_dense + ve[:, None].to(tl.int64) * (BS * D) + pair_off)
-                m_i, l_i, acc = _softmax_step(q, k, v, m_i, l_i, acc, scale_log2, True, False)
+            ke = tl.where(low_block, tl.load(k_index + index_row + j), tl.load(k_index + index_row + j + 1))
+            ve = tl.where(low_block, tl.load(v_index + index_row + j), tl.load(v_index + index_row + j + 1))
+            k = tl.load(k_dense + ke[:, None].to(tl.int64) * (BS * D) + pair_off)
+            v = tl.load(v_dense + ve[:, None].to(tl.int64) * (BS * D) + pair_off)
+            m_i, l_i, acc = _softmax_step(q, k, v, m_i, l_i, acc, scale_log2, True, False)
         lo = lo + (hi - lo) // 2 * 2  # an odd block left over
     for j in range(lo, hi):
         m_i, l_i, acc = _prefix_block(q, m_i, l_i, acc, scale_log2, j, True, k_dense, k_vals, k_meta, v_dense, v_vals,

@@ -73,8 +73,6 @@ CASES = [
     (32, 8, 128, torch.bfloat16, 1000, 3000, 0.5, 0.5, {"tma": False}),
     (16, 2, 64, torch.float16, 257, 640, 1.0, 1.0, {"tma": False, "chunk_n": 128}),
     (8, 2, 256, torch.bfloat16, 150, 190, 0.5, 0.5, {"tma": True}),    # d 256: 64 x 256 descriptor tiles
-    (32, 8, 128, torch.bfloat16, 300, 1280, 0.0, 0.0, {"tma": False}),  # dense prefix pairs by pointers
-    (16, 2, 64, torch.bfloat16, 64, 4000, 0.0, 0.0, {"prefix_n": 128, "splits": 5, "tma": False}),
 ]
 
 

@@ -48,16 +48,13 @@ PAIRS = [
     (64, 8, 2, 64, 1000, 0.5, 0.5, 128, False, 4, 64, None, True),
 ]
 
-# the chunk's keys (and dense prefix pairs) through tensor descriptors (tma): chunk tails, 64/128-key tiles,
-# d 64/128/256, after a prefix
+# the chunk's keys through tensor descriptors (tma): chunk tails, 64/128-key tiles, d 64/128/256, after a prefix
 TMA = [
     (130, 8, 2, 64, 0, 0.0, 0.0, 64, False, None, 64, None, False, 64),
     (257, 4, 1, 128, 0, 0.0, 0.0, 128, False, None, 128, None, False, 64),
     (100, 8, 2, 128, 300, 0.5, 0.5, 64, False, None, 64, None, False, 64),
     (33, 16, 2, 256, 64, 0.0, 1.0, 64, False, None, 64, None, True, 64),
     (64, 8, 2, 64, 1000, 0.5, 0.5, 128, False, 4, 64, None, True, 128),
-    (100, 8, 2, 64, 640, 0.0, 0.0, 128, False, None, 64, None, False, 128),  # dense prefix pairs by descriptor
-    (70, 4, 1, 128, 704, 0.0, 0.0, 128, False, 3, 64, None, False, 128),     # odd blocks per split
 ]
 
 SCRIPT = r"""
