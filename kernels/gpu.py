@@ -284,11 +284,18 @@ def prefill_prefix_n(block_m: int) -> int:
     return 128 if block_m >= 128 else 64
 
 
+# chunk tokens from which the chunk's keys come through TMA by default: on the H200 a 32K one-shot prefill ran
+# 18.2 -> 15.7 ms with it, while a 64-token question after 32K, whose time is mostly host work, ran 5-10 %
+# slower (the descriptors' host cost); lengths in between were not measured (kernels/BENCHMARKS.md, ninth session)
+TMA_MIN_TOKENS = 1024
+
+
 def prefill_tma(k: torch.Tensor, v: torch.Tensor) -> bool:
-    """Default of ``tma``: the chunk's keys and values read through Hopper's tensor memory accelerator
-    (``triton_prefill``) on sm_90 and later, where their rows are 16-byte aligned, as TMA requires."""
-    return (k.is_cuda and torch.cuda.get_device_capability(k.device)[0] >= 9
-            and all(x.data_ptr() % 16 == 0 and x.shape[1] * x.shape[2] * x.element_size() % 16 == 0 for x in (k, v)))
+    """Default of ``tma``: the chunk's keys and values ``[T, H_kv, D]`` read through Hopper's tensor memory
+    accelerator (``triton_prefill``) on sm_90 and later, for chunks of at least ``TMA_MIN_TOKENS``, where
+    both are 16-byte aligned, as TMA requires (their rows then are: D is 64, 128 or 256)."""
+    return (k.is_cuda and k.shape[0] >= TMA_MIN_TOKENS and torch.cuda.get_device_capability(k.device)[0] >= 9
+            and k.data_ptr() % 16 == 0 and v.data_ptr() % 16 == 0)
 
 
 def prefill_densify(readers: int, mixed: bool, h_kv: int, used: int, head_dim: int, itemsize: int) -> bool:
