@@ -284,6 +284,20 @@ def prefill_prefix_n(block_m: int) -> int:
     return 128 if block_m >= 128 else 64
 
 
+# chunk tokens from which the chunk's keys come through TMA by default: on the H200 a 32K one-shot prefill ran
+# 18.2 -> 15.7 ms with it, while a 64-token question after 32K, whose time is mostly host work, ran 5-10 %
+# slower (the descriptors' host cost); lengths in between were not measured (kernels/BENCHMARKS.md, ninth session)
+TMA_MIN_TOKENS = 1024
+
+
+def prefill_tma(k: torch.Tensor, v: torch.Tensor) -> bool:
+    """Default of ``tma``: the chunk's keys and values ``[T, H_kv, D]`` read through Hopper's tensor memory
+    accelerator (``triton_prefill``) on sm_90 and later, for chunks of at least ``TMA_MIN_TOKENS``, where
+    both are 16-byte aligned, as TMA requires (their rows then are: D is 64, 128 or 256)."""
+    return (k.is_cuda and k.shape[0] >= TMA_MIN_TOKENS and torch.cuda.get_device_capability(k.device)[0] >= 9
+            and k.data_ptr() % 16 == 0 and v.data_ptr() % 16 == 0)
+
+
 def prefill_densify(readers: int, mixed: bool, h_kv: int, used: int, head_dim: int, itemsize: int) -> bool:
     """Default of ``densify`` for a prefix with 2:4 blocks (``mixed``: K's or V's entries both dense
     and sparse): when at least ``DENSIFY_MIN_READERS`` programs read each prefix block (query tiles x
@@ -297,18 +311,18 @@ def prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                       prefix_len: int, sm_scale: float | None = None, block_m: int | None = None,
                       num_warps: int | None = None, num_stages: int | None = None, select: bool = False,
                       chunk_n: int | None = None, heads: int | None = None, densify: bool | None = None,
-                      prefix_n: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                      prefix_n: int | None = None, tma: bool | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """``hs_kernels.attention.prefill_attention`` on the Triton kernel (``triton_prefill``) where
     supported (CUDA float16/bfloat16, head_dim 64/128/256), else the reference. ``block_m`` (query
     rows per program, 64 or 128), ``num_warps``, ``num_stages``, ``select``, ``chunk_n``, ``heads``,
-    ``densify`` and ``prefix_n`` are launch options (``triton_prefill``; defaults: ``prefill_launch``).
+    ``densify``, ``prefix_n`` and ``tma`` are launch options (``triton_prefill``; defaults: ``prefill_launch``).
     No bounds check of the used index entries against the pools on the GPU path (the reference raises)."""
     if not prefill_supported(q, k, k_pool, v_pool):
         return _ref.prefill_attention(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len, sm_scale)
     _ref._check_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len)
     return triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len, _ref._scale(sm_scale, q),
                           block_m, num_warps, num_stages, select, chunk_n=chunk_n, heads=heads, densify=densify,
-                          prefix_n=prefix_n)
+                          prefix_n=prefix_n, tma=tma)
 
 
 def _entry_kinds(k_index: torch.Tensor, v_index: torch.Tensor, used: int) -> tuple[int, int]:
@@ -346,7 +360,8 @@ def prefill_programs(t: int, h_q: int, h_kv: int, block_m: int = 128, heads: int
 def triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len: int, scale: float,
                    block_m: int | None = None, num_warps: int | None = None, num_stages: int | None = None,
                    select: bool = False, out=None, lse=None, splits: int | None = None, chunk_n: int | None = None,
-                   heads: int | None = None, densify: bool | None = None, prefix_n: int | None = None):
+                   heads: int | None = None, densify: bool | None = None, prefix_n: int | None = None,
+                   tma: bool | None = None):
     """Launch the Triton prefill on checked inputs (also under Triton's CPU interpreter, as
     ``triton_decode``). The kernel variant follows the prefix's entries: all dense, all sparse or
     mixed (``select``: the mixed variant picks a block's copy by a select, not a branch).
@@ -358,8 +373,9 @@ def triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len: int, s
     2:4 blocks, copy its used blocks into a dense scratch pool first (``triton_prefill.densify_kernel``;
     transient memory: the prefix's K and V, dense) and run the dense variant on it (default
     ``prefill_densify``). ``prefix_n``: keys per tile of a dense prefix (64, or 128: two blocks, at most
-    ``block_m``; default ``prefill_prefix_n``; a prefix with 2:4 blocks, unless densified, takes 64). Launch options left None take
-    ``prefill_launch``'s defaults for the head_dim."""
+    ``block_m``; default ``prefill_prefix_n``; a prefix with 2:4 blocks, unless densified, takes 64). ``tma``: the
+    chunk's keys and values loaded as tensor-descriptor tiles (default ``prefill_tma``). Launch options left None
+    take ``prefill_launch``'s defaults for the head_dim."""
     from . import triton_prefill as tp
     from .triton_blocks import DENSE, LOG2E, SPARSE
 
@@ -389,14 +405,21 @@ def triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len: int, s
         torch.empty(t, h_q, splits, d, dtype=torch.float32, device=q.device),
         torch.empty(t, h_q, splits, dtype=torch.float32, device=q.device))
     k_index, v_index = _with_column(k_index), _with_column(v_index)
+    k, v = k.contiguous(), v.contiguous()
+    tma = prefill_tma(k, v) if tma is None else tma
+    if tma:
+        from triton.tools.tensor_descriptor import TensorDescriptor
+
+        k, v = (TensorDescriptor.from_tensor(x.view(t, h_kv * d), [chunk_n, d]) for x in (k, v))
     tp.prefill_kernel[(tiles, h_q // hg, splits)](
-        q.contiguous(), k.contiguous(), v.contiguous(),
+        q.contiguous(), k, v,
         _nonempty(k_pool.dense), _nonempty(k_pool.values), _nonempty(k_pool.meta),
         _nonempty(v_pool.dense), _nonempty(v_pool.values), _nonempty(v_pool.meta),
         k_index, v_index, part_out, part_lse, scale * LOG2E, t, prefix_len, k_index.shape[1], per_split,
         H_KV=h_kv, G=h_q // h_kv, D=d, BLOCK_M=block_m, HG=hg, K_MODE=k_mode, V_MODE=v_mode,
         PRMT=q.is_cuda, SELECT=select, SPLIT=splits > 1, CHUNK_N=chunk_n,
-        PREFIX_N=prefix_n if k_mode == v_mode == DENSE else BLOCK_SIZE, num_warps=num_warps, num_stages=num_stages)
+        PREFIX_N=prefix_n if k_mode == v_mode == DENSE else BLOCK_SIZE, TMA=tma, num_warps=num_warps,
+        num_stages=num_stages)
     if splits > 1:
         _merge_splits(part_out, part_lse, out, lse)
     return out, lse

@@ -29,8 +29,13 @@ MAX_SHARED = 227 * 1024  # sm_90's largest shared memory per block (opt-in): a v
 # anything else must not spill at all.
 KNOWN_SPILLS = {"stream d128 rows 128": 612, "stream d256 rows 64": 700, "stream d256 rows 128": 5320,
                 "decode d256 K1 V1": 8, "decode d256 K3 V3": 3202, "compress v d256": 2300,
-                "prefill d256 K1 V1": 248, "prefill d256 K1 V1 split": 224, "prefill d256 K2 V2": 96,
-                "prefill d256 K2 V2 split": 164, "prefill d256 K3 V3": 3248, "prefill d256 K3 V3 split": 3332}
+                "prefill d256 K1 V1": 248, "prefill d256 K1 V1 split": 224, "prefill d256 K2 V2": 112,
+                "prefill d256 K2 V2 split": 164, "prefill d256 K3 V3": 3248, "prefill d256 K3 V3 split": 3332,
+                "prefill d256 K1 V1 TMA": 180, "prefill d256 K2 V2 TMA": 88, "prefill d256 K3 V3 TMA": 3172,
+                # ninth session: the softmax scale in exp2's FMA; on the H200 this pointer variant ran as fast as
+                # before (18.22 vs 18.21 ms, 32K), and chunks from gpu.TMA_MIN_TOKENS take its TMA twin (212
+                # registers, no spill)
+                "prefill d128 one shot": 96}
 
 
 @dataclass(frozen=True)
@@ -107,21 +112,24 @@ def variants() -> list[Variant]:
     for d in (64, 128, 256):
         prefill_rows, prefill_warps, prefill_stages = gpu.prefill_launch(d)
         hg = gpu.prefill_tiles(1, 32, 8, prefill_rows)[0]
-        if gpu.prefill_chunk_n(0, prefill_rows) != gpu.prefill_chunk_n(1, prefill_rows):  # else K1 V1 below
-            out.append(Variant(f"prefill d{d} one shot", "triton_prefill", "prefill_kernel", _prefill_types(),
-                               dict(H_KV=8, G=4, D=d, BLOCK_M=prefill_rows, K_MODE=1, V_MODE=1, PRMT=True, SELECT=False,
-                                    SPLIT=False, CHUNK_N=gpu.prefill_chunk_n(0, prefill_rows), HG=hg, PREFIX_N=64),
-                               prefill_warps, prefill_stages))
-            out.append(Variant(f"prefill d{d} K1 V1 prefix 128", "triton_prefill", "prefill_kernel", _prefill_types(),
-                               dict(H_KV=8, G=4, D=d, BLOCK_M=prefill_rows, K_MODE=1, V_MODE=1, PRMT=True, SELECT=False,
-                                    SPLIT=False, CHUNK_N=64, HG=hg, PREFIX_N=128), prefill_warps, prefill_stages))
+
+        def prefill(name, chunk_n, tma=False, **modes):
+            types = _prefill_types()
+            if tma:  # the chunk's K and V as tensor descriptors of chunk_n x d tiles
+                types.update(dict.fromkeys(("k_ptr", "v_ptr"), f"tensordesc<bf16[{chunk_n}, {d}]>"))
+            return Variant(f"prefill d{d} {name}{' TMA' if tma else ''}", "triton_prefill", "prefill_kernel", types,
+                           dict(H_KV=8, G=4, D=d, BLOCK_M=prefill_rows, PRMT=True, SELECT=False, HG=hg, CHUNK_N=chunk_n,
+                                TMA=tma, **{"SPLIT": False, "PREFIX_N": 64, **modes}), prefill_warps, prefill_stages)
+
+        one_shot_n, after_prefix_n = gpu.prefill_chunk_n(0, prefill_rows), gpu.prefill_chunk_n(1, prefill_rows)
+        if one_shot_n != after_prefix_n:  # else K1 V1 below
+            out += [prefill("one shot", one_shot_n, tma, K_MODE=1, V_MODE=1) for tma in (False, True)]
+            out.append(prefill("K1 V1 prefix 128", 64, K_MODE=1, V_MODE=1, PREFIX_N=128))
         for k_mode, v_mode in ((1, 1), (2, 2), (3, 3)):
             for split in (False, True):
-                out.append(Variant(f"prefill d{d} K{k_mode} V{v_mode}{' split' if split else ''}", "triton_prefill",
-                                   "prefill_kernel", _prefill_types(),
-                                   dict(H_KV=8, G=4, D=d, BLOCK_M=prefill_rows, K_MODE=k_mode, V_MODE=v_mode, PRMT=True,
-                                        SELECT=False, SPLIT=split, CHUNK_N=gpu.prefill_chunk_n(1, prefill_rows),
-                                        HG=hg, PREFIX_N=64), prefill_warps, prefill_stages))
+                out.append(prefill(f"K{k_mode} V{v_mode}{' split' if split else ''}", after_prefix_n, K_MODE=k_mode,
+                                   V_MODE=v_mode, SPLIT=split))
+            out.append(prefill(f"K{k_mode} V{v_mode}", after_prefix_n, True, K_MODE=k_mode, V_MODE=v_mode))  # long chunks
         for k_mode, v_mode in ((1, 2), (2, 2), (3, 3)):  # launched only when an operand has 2:4 blocks
             out.append(Variant(f"densify d{d} K{k_mode} V{v_mode}", "triton_prefill", "densify_kernel",
                                {**dict.fromkeys(("k_dense", "k_vals", "v_dense", "v_vals", "k_out", "v_out"), "*bf16"),

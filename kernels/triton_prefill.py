@@ -12,7 +12,8 @@ Online softmax in base 2 over three key loops:
     ``PREFIX_N`` 128 (dense pools only) two blocks per key tile;
   * the chunk's key tiles (``CHUNK_N`` keys) wholly below the tile's first token (no mask);
   * the rest up to its last token (causal mask).
-The chunk's own keys come dense from ``k``/``v`` (the serving backend passes them already pruned).
+The chunk's own keys come dense from ``k``/``v`` (the serving backend passes them already pruned); with
+``TMA`` these are tensor descriptors ``[T, H_KV * D]`` of ``CHUNK_N x D`` tiles (Hopper's bulk copies).
 With ``SPLIT`` the prefix blocks are divided among the programs of grid axis 2 (``per_split``
 blocks each; the last one also takes the partial block and the chunk) and each writes its
 normalised partial output and log-sum-exp for ``triton_decode.combine_kernel``: a short chunk
@@ -32,12 +33,13 @@ from .triton_blocks import _DENSE, _LN2, BS, load_block, slot_offsets
 
 @triton.jit
 def _softmax_step(q, k, v, m_i, l_i, acc, scale_log2, visible, MASKED: tl.constexpr):
-    s = tl.dot(q, tl.trans(k)) * scale_log2
+    # the scale is folded into exp2's argument (one FMA per score; scale_log2 > 0, so the max commutes with it)
+    s = tl.dot(q, tl.trans(k))
     if MASKED:
         s = tl.where(visible, s, float("-inf"))
-    m_new = tl.maximum(m_i, tl.max(s, 1))
+    m_new = tl.maximum(m_i, tl.max(s, 1) * scale_log2)
     alpha = tl.exp2(m_i - m_new)
-    p = tl.exp2(s - m_new[:, None])
+    p = tl.exp2(s * scale_log2 - m_new[:, None])
     l_i = l_i * alpha + tl.sum(p, 1)
     acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
     return m_new, l_i, acc
@@ -74,7 +76,7 @@ def prefill_kernel(q_ptr, k_ptr, v_ptr, k_dense, k_vals, k_meta, v_dense, v_vals
                    out_ptr, lse_ptr, scale_log2, t_len, prefix_len, nb, per_split,
                    H_KV: tl.constexpr, G: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, HG: tl.constexpr,
                    K_MODE: tl.constexpr, V_MODE: tl.constexpr, PRMT: tl.constexpr, SELECT: tl.constexpr,
-                   SPLIT: tl.constexpr, CHUNK_N: tl.constexpr, PREFIX_N: tl.constexpr):
+                   SPLIT: tl.constexpr, CHUNK_N: tl.constexpr, PREFIX_N: tl.constexpr, TMA: tl.constexpr):
     mx = tl.num_programs(0) - 1 - tl.program_id(0)
     sp = tl.program_id(2)
     last = sp == tl.num_programs(2) - 1
@@ -131,14 +133,22 @@ def prefill_kernel(q_ptr, k_ptr, v_ptr, k_dense, k_vals, k_meta, v_dense, v_vals
         first = mx * (BLOCK_M // HG)
         below = first // CHUNK_N * CHUNK_N
         for c0 in range(0, below, CHUNK_N):
-            k = tl.load(k_ptr + c0 * row_stride + chunk_off)
-            v = tl.load(v_ptr + c0 * row_stride + chunk_off)
+            if TMA:
+                k = k_ptr.load([c0, hk * D])
+                v = v_ptr.load([c0, hk * D])
+            else:
+                k = tl.load(k_ptr + c0 * row_stride + chunk_off)
+                v = tl.load(v_ptr + c0 * row_stride + chunk_off)
             m_i, l_i, acc = _softmax_step(q, k, v, m_i, l_i, acc, scale_log2, True, False)
         for c0 in range(below, tl.minimum(first + BLOCK_M // HG, t_len), CHUNK_N):
             keys = c0 + ctok
-            inside = (keys < t_len)[:, None]
-            k = tl.load(k_ptr + c0 * row_stride + chunk_off, mask=inside, other=0.0)
-            v = tl.load(v_ptr + c0 * row_stride + chunk_off, mask=inside, other=0.0)
+            if TMA:  # rows past the chunk come back zero
+                k = k_ptr.load([c0, hk * D])
+                v = v_ptr.load([c0, hk * D])
+            else:
+                inside = (keys < t_len)[:, None]
+                k = tl.load(k_ptr + c0 * row_stride + chunk_off, mask=inside, other=0.0)
+                v = tl.load(v_ptr + c0 * row_stride + chunk_off, mask=inside, other=0.0)
             visible = (keys[None, :] <= rows[:, None]) & (keys < t_len)[None, :]
             m_i, l_i, acc = _softmax_step(q, k, v, m_i, l_i, acc, scale_log2, visible, True)
 

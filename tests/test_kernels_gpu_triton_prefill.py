@@ -6,7 +6,8 @@ Fresh random inputs every run; the rows past the prefix in its last block are Na
 written; every pool path
 (dense / sparse / mixed), tile (64 / 128 rows, 4 / 8 warps), head_dim 64 / 128 / 256 and the GQA
 ratios 1 / 4 / 7 / 8, 1 / 2 / 4 / 8 query heads per tile, the prefix densified first, dense prefixes two blocks
-per key tile, with the prmt form of the 2:4 unpack and
+per key tile, the chunk's keys through TMA descriptors (the default on sm_90) or pointers, with the prmt form of
+the 2:4 unpack and
 bfloat16; the prefix split among programs (auto for a short chunk after a long prefix, and forced counts).
 Cases about the in-place kernel's features pin ``densify`` so that they keep testing the path they were
 written for whatever ``gpu.prefill_densify`` picks.
@@ -68,6 +69,15 @@ CASES = [
     (32, 8, 128, torch.bfloat16, 300, 1000, 0.0, 0.0, {"prefix_n": 128}),  # odd block count, partial block
     (16, 2, 64, torch.bfloat16, 64, 4000, 0.0, 0.0, {"prefix_n": 128, "splits": 5}),
     (32, 8, 128, torch.bfloat16, 1000, 3000, 0.5, 0.5, {"prefix_n": 128, "densify": True}),
+    (32, 8, 128, torch.bfloat16, 200, 0, 0.0, 0.0, {"tma": False}),  # the chunk's keys by pointers, not TMA
+    (32, 8, 128, torch.bfloat16, 1000, 3000, 0.5, 0.5, {"tma": False}),
+    (16, 2, 64, torch.float16, 257, 640, 1.0, 1.0, {"tma": False, "chunk_n": 128}),
+    (8, 2, 256, torch.bfloat16, 150, 190, 0.5, 0.5, {"tma": True}),    # d 256: 64 x 256 descriptor tiles
+    (32, 8, 128, torch.bfloat16, 1500, 0, 0.0, 0.0, {}),                # from TMA_MIN_TOKENS: TMA by default
+    (32, 8, 128, torch.float16, 1100, 2000, 0.5, 0.5, {}),
+    (16, 2, 64, torch.bfloat16, 200, 130, 0.5, 0.5, {"tma": True, "chunk_n": 128}),
+    (32, 8, 128, torch.bfloat16, 300, 500, 0.5, 0.5, {"tma": True, "densify": False}),
+    (28, 4, 128, torch.bfloat16, 50, 200, 0.0, 0.0, {"tma": True}),
 ]
 
 
@@ -129,3 +139,16 @@ def test_long_chunks_densify_a_sparse_prefix(monkeypatch):
         assert calls == expect
         o_ref, _ = ref.prefill_attention(q, k, v, k_pool, v_pool, k_index, v_index, 3000, scale)
         assert rel_err(out, o_ref) < 1e-2
+
+
+def test_misaligned_chunk_keys_take_the_pointer_path():
+    """TMA needs 16-byte aligned rows: keys at an odd element offset are read by pointers, correctly; so are
+    chunks shorter than ``gpu.TMA_MIN_TOKENS``."""
+    k_pool, v_pool, k_index, v_index, q, k, v, scale = prefill_inputs(32, 8, 128, torch.bfloat16, 1100, 300, 0.5, 0.5)
+    shifted = torch.empty(k.numel() + 1, dtype=k.dtype, device=k.device)[1:].view(k.shape)
+    shifted.copy_(k)
+    assert gpu.prefill_tma(k, v) and not gpu.prefill_tma(shifted, v)
+    assert not gpu.prefill_tma(k[:gpu.TMA_MIN_TOKENS - 1], v[:gpu.TMA_MIN_TOKENS - 1])  # short chunks: pointers
+    out, lse = gpu.triton_prefill(q, shifted, v, k_pool, v_pool, k_index, v_index, 300, scale)
+    o_ref, l_ref = ref.prefill_attention(q, k, v, k_pool, v_pool, k_index, v_index, 300, scale)
+    assert rel_err(out, o_ref) < 1e-2 and (lse - l_ref).abs().max().item() < 1e-2 * l_ref.abs().max().item()

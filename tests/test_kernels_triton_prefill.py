@@ -4,7 +4,7 @@ As test_kernels_triton_decode.py: the kernel's own indexing, masking (partial la
 causal diagonal, chunk tail), 2:4 unpacking and online softmax run on CPU tensors on every pool
 path (dense / sparse / mixed, single-kind pools), tiles of 64 and 128 rows, d 64 / 128 / 256, in
 float16 with the select form of the unpack (the prmt form and bfloat16: test_kernels_gpu_triton_prefill.py), branch and select forms of the
-mixed variant, chunk key tiles of 64 and 128, 1 / 2 / 4 / 8 query heads per tile, the prefix densified first, dense prefixes two blocks per key tile, and the prefix split among programs (partials merged by log-sum-exp), including
+mixed variant, chunk key tiles of 64 and 128, 1 / 2 / 4 / 8 query heads per tile, the prefix densified first, dense prefixes two blocks per key tile, the chunk's keys through tensor descriptors, and the prefix split among programs (partials merged by log-sum-exp), including
 more splits asked for than there are full blocks. Tokens past the prefix in its last block are NaN
 in the pools, dense or compressed: the kernel must not let them through.
 """
@@ -48,6 +48,15 @@ PAIRS = [
     (64, 8, 2, 64, 1000, 0.5, 0.5, 128, False, 4, 64, None, True),
 ]
 
+# the chunk's keys through tensor descriptors (tma): chunk tails, 64/128-key tiles, d 64/128/256, after a prefix
+TMA = [
+    (130, 8, 2, 64, 0, 0.0, 0.0, 64, False, None, 64, None, False, 64),
+    (257, 4, 1, 128, 0, 0.0, 0.0, 128, False, None, 128, None, False, 64),
+    (100, 8, 2, 128, 300, 0.5, 0.5, 64, False, None, 64, None, False, 64),
+    (33, 16, 2, 256, 64, 0.0, 1.0, 64, False, None, 64, None, True, 64),
+    (64, 8, 2, 64, 1000, 0.5, 0.5, 128, False, 4, 64, None, True, 128),
+]
+
 SCRIPT = r"""
 import json, sys, torch
 sys.path.insert(0, sys.argv[1])
@@ -55,7 +64,7 @@ from kv_cases import make_case, rel_err
 from hs_kernels import attention as ref, gpu
 
 results = []
-for t, h_q, h_kv, d, prefix, p_k, p_v, block_m, select, splits, chunk_n, heads, densify, prefix_n in json.loads(sys.argv[2]):
+for t, h_q, h_kv, d, prefix, p_k, p_v, block_m, select, splits, chunk_n, heads, densify, prefix_n, tma in json.loads(sys.argv[2]):
     gen = torch.Generator().manual_seed(len(results))
     k_pool, v_pool, k_index, v_index, _ = make_case(1, h_kv, d, [prefix], p_k, p_v, torch.float16, gen, "cpu")
     k_index, v_index = k_index[0], v_index[0]
@@ -73,7 +82,8 @@ for t, h_q, h_kv, d, prefix, p_k, p_v, block_m, select, splits, chunk_n, heads, 
     k = torch.randn(t, h_kv, d, generator=gen).half()
     v = torch.randn(t, h_kv, d, generator=gen).half()
     out, lse = gpu.triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix, 0.09, block_m, 4, 1, select,
-                                  splits=splits, chunk_n=chunk_n, heads=heads, densify=densify, prefix_n=prefix_n)
+                                  splits=splits, chunk_n=chunk_n, heads=heads, densify=densify, prefix_n=prefix_n,
+                                  tma=tma)
     r_out, r_lse = ref.prefill_attention(q, k, v, k_pool, v_pool, k_index, v_index, prefix, 0.09)
     results.append({"rel_err": rel_err(out, r_out), "lse_err": (lse - r_lse).abs().max().item(),
                     "nan": bool(out.isnan().any() or lse.isnan().any()),
@@ -84,7 +94,8 @@ print(json.dumps(results))
 
 
 def test_triton_prefill_interpreted_matches_reference():
-    cases = [(*c, False, 64) for c in CASES] + [(*c, True, 64) for c in DENSIFY] + [(*c, 128) for c in PAIRS]
+    cases = ([(*c, False, 64, False) for c in CASES] + [(*c, True, 64, False) for c in DENSIFY]
+             + [(*c, 128, False) for c in PAIRS] + [(*c, True) for c in TMA])
     results = interpret(SCRIPT, cases)
     assert len(results) == len(cases)
     kinds = {tuple(r["kinds"]) for r in results}
