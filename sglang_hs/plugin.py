@@ -1,9 +1,9 @@
 """The SGLang plugin (entry point group ``sglang.srt.plugins``, name ``hs``): ``register()``.
 
 Uses only SGLang's extension points: the attention backend registry and its CLI choices, the
-radix-cache backend registry, the warm-up registry (``warmup.py``), and HookRegistry hooks on the KV pool / allocator builders, the
-pool sizing (bytes per token, the reserve's bytes) and ServerArgs validation. Everything is inert unless
-``--attention-backend hs`` is selected.
+radix-cache backend registry, the warm-up registry (``warmup.py``), and HookRegistry hooks on the KV
+pool / allocator builders, the pool sizing (bytes per token, the reserve's bytes) and ServerArgs
+validation. Everything is inert unless ``--attention-backend hs`` is selected.
 """
 
 from __future__ import annotations

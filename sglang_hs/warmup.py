@@ -16,11 +16,11 @@ NAME = "hs_prefill"
 QUESTION_TOKENS = 64
 
 
-def prompt_tokens(chunk: int | None, context_len: int, question: int = QUESTION_TOKENS) -> int:
+def prompt_tokens(chunk: int | None, limit: int, question: int = QUESTION_TOKENS) -> int:
     """Tokens of the warm-up prompt: two prefill chunks and a short tail (so the prompt's chunks read a
-    prefix of its own, the last one short), leaving room in the context for the question and two output
-    tokens; ``chunk`` None (chunked prefill off): 2048 tokens and the tail."""
-    return max(1, min(2 * (chunk or 1024) + question, context_len - question - 2))
+    prefix of its own, the last one short), leaving room under ``limit`` (the longest request the server
+    takes) for the question and two output tokens; ``chunk`` None (chunked prefill off): 2048 and the tail."""
+    return max(1, min(2 * (chunk or 1024) + question, limit - question - 2))
 
 
 async def hs_prefill(disaggregation_mode: str, tokenizer_manager) -> None:
@@ -33,7 +33,8 @@ async def hs_prefill(disaggregation_mode: str, tokenizer_manager) -> None:
     chunk = args.chunked_prefill_size if args.chunked_prefill_size and args.chunked_prefill_size > 0 else None
     rng = np.random.default_rng(0)
     vocab = tokenizer_manager.model_config.vocab_size
-    prompt = rng.integers(vocab, size=prompt_tokens(chunk, tokenizer_manager.context_len)).tolist()
+    limit = min(tokenizer_manager.context_len, tokenizer_manager.max_req_input_len or tokenizer_manager.context_len)
+    prompt = rng.integers(vocab, size=prompt_tokens(chunk, limit)).tolist()
     question = prompt + rng.integers(vocab, size=QUESTION_TOKENS).tolist()  # its prefix is cached by then
     for ids in (prompt, question):
         req = GenerateReqInput(input_ids=ids, sampling_params={"max_new_tokens": 2, "temperature": 0.0})

@@ -81,12 +81,13 @@ def test_launcher_exits_with_one_line(unprepared, prepared, extra, message):
         assert message in lines[0]
 
 
-def test_warmup_prompt_covers_two_chunks_and_a_tail_within_the_context():
+def test_warmup_prompt_covers_two_chunks_and_a_tail_within_the_server_limit():
     from sglang_hs.warmup import QUESTION_TOKENS, prompt_tokens
 
     assert prompt_tokens(8192, 131072) == 2 * 8192 + QUESTION_TOKENS
     assert prompt_tokens(None, 131072) == 2048 + QUESTION_TOKENS
     assert prompt_tokens(8192, 4096) + QUESTION_TOKENS + 2 == 4096  # capped: the question and two outputs fit
+    assert prompt_tokens(256, 1535) == 2 * 256 + QUESTION_TOKENS  # the CPU server test's pool
     assert prompt_tokens(8192, 10) == 1
 
 
