@@ -36,9 +36,14 @@ async def hs_prefill(disaggregation_mode: str, tokenizer_manager) -> None:
     limit = min(tokenizer_manager.context_len, tokenizer_manager.max_req_input_len or tokenizer_manager.context_len)
     prompt = rng.integers(vocab, size=prompt_tokens(chunk, limit)).tolist()
     question = prompt + rng.integers(vocab, size=QUESTION_TOKENS).tolist()  # its prefix is cached by then
-    for ids in (prompt, question):
-        req = GenerateReqInput(input_ids=ids, sampling_params={"max_new_tokens": 2, "temperature": 0.0})
-        async for _ in tokenizer_manager.generate_request(req, None):
-            pass
+    try:
+        for ids in (prompt, question):
+            req = GenerateReqInput(input_ids=ids, sampling_params={"max_new_tokens": 2, "temperature": 0.0})
+            async for _ in tokenizer_manager.generate_request(req, None):
+                pass
+    except Exception as e:  # an optimisation only: the server still starts, and a real request meets the same error
+        logger.warning("hs: %s warm-up failed (%s: %s); the first requests will compile their kernels",
+                       NAME, type(e).__name__, e)
+        return
     logger.info("hs: %s warm-up done (a %d-token prompt, then %d more tokens on its cached prefix)",
                 NAME, len(prompt), QUESTION_TOKENS)
