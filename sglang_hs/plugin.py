@@ -1,9 +1,9 @@
 """The SGLang plugin (entry point group ``sglang.srt.plugins``, name ``hs``): ``register()``.
 
 Uses only SGLang's extension points: the attention backend registry and its CLI choices, the
-radix-cache backend registry, and HookRegistry hooks on the KV pool / allocator builders, the
-pool sizing (bytes per token, the reserve's bytes) and ServerArgs validation. Everything is inert unless
-``--attention-backend hs`` is selected.
+radix-cache backend registry, the warm-up registry (``warmup.py``), and HookRegistry hooks on the KV
+pool / allocator builders, the pool sizing (bytes per token, the reserve's bytes) and ServerArgs
+validation. Everything is inert unless ``--attention-backend hs`` is selected.
 """
 
 from __future__ import annotations
@@ -78,11 +78,24 @@ def _check_server_args(self, *args, **kwargs):
         raise HSConfigError("--enable-mixed-chunk is not supported with --attention-backend hs")
     if self.radix_cache_backend != BACKEND:
         raise HSConfigError(f"--radix-cache-backend {self.radix_cache_backend} cannot be used with --attention-backend hs (it needs 'hs')")
+    if self.warmups is None and _on_cuda(self):
+        from . import warmup
+
+        self.warmups = warmup.NAME  # the prefill variants compiled before the server listens
     settings = resolve(self.model_path, page_size=self.page_size, tp_size=self.tp_size)  # raises HSConfigError
     if settings.dense_reserve is None and self.max_running_requests is None:
         # the auto reserve holds this many requests' sinks and windows; SGLang admits requests by free
         # pages alone, and more running requests could use up the dense blocks (a scheduler error)
         self.max_running_requests = RESERVE_REQUESTS
+
+
+def _on_cuda(server_args) -> bool:
+    """Whether the server will run on CUDA (before ServerArgs resolves ``device`` None)."""
+    if server_args.device is not None:
+        return server_args.device == "cuda"
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def _build_pool(original, self, *, sizes, **kwargs):
@@ -199,8 +212,10 @@ def register() -> None:
     from sglang.srt.layers.attention.attention_registry import ATTENTION_BACKENDS, register_attention_backend
     from sglang.srt.mem_cache.registry import get_radix_cache_factory, register_radix_cache_backend
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+    from sglang.srt.entrypoints.warmup import warmup
     from sglang.srt.server_args import ATTENTION_BACKEND_CHOICES, add_attention_backend_choices
 
+    from . import warmup as hs_warmup
     from .stats import ENV_STATS_FILE, stats_file
 
     if BACKEND not in ATTENTION_BACKEND_CHOICES:
@@ -220,6 +235,7 @@ def register() -> None:
     HookRegistry.register("sglang.srt.utils.common.support_triton", _support_triton, HookType.AROUND)
     HookRegistry.register("sglang.srt.mem_cache.allocation.get_last_loc", _get_last_loc, HookType.AROUND)
     HookRegistry.register("sglang.srt.server_args.ServerArgs.__post_init__", _check_server_args, HookType.BEFORE)
+    warmup(hs_warmup.NAME)(hs_warmup.hs_prefill)
     # one stats file per server, shared by its processes (children inherit the environment)
     os.environ.setdefault(ENV_STATS_FILE, stats_file())
     _registered = True

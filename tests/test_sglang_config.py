@@ -79,3 +79,29 @@ def test_launcher_exits_with_one_line(unprepared, prepared, extra, message):
     assert len(lines) == 1, r.stderr[-2000:]
     if message:
         assert message in lines[0]
+
+
+def test_warmup_prompt_covers_two_chunks_and_a_tail_within_the_server_limit():
+    from sglang_hs.warmup import QUESTION_TOKENS, prompt_tokens
+
+    assert prompt_tokens(8192, 131072) == 2 * 8192 + QUESTION_TOKENS
+    assert prompt_tokens(None, 131072) == 2048 + QUESTION_TOKENS
+    assert prompt_tokens(8192, 4096) + QUESTION_TOKENS + 2 == 4096  # capped: the question and two outputs fit
+    assert prompt_tokens(256, 1535) == 2 * 256 + QUESTION_TOKENS  # the CPU server test's pool
+    assert prompt_tokens(8192, 10) == 1
+
+
+@pytest.mark.parametrize("device, given, expect", [
+    ("cuda", None, "hs_prefill"),  # the prefill variants compile before the server listens
+    ("cpu", None, None),           # nothing to compile on CPU
+    ("cuda", "voice_chat", "voice_chat"),  # the user's choice stands
+])
+def test_server_args_get_the_prefill_warmup_on_cuda(prepared, device, given, expect):
+    from types import SimpleNamespace
+
+    from sglang_hs import plugin
+
+    args = SimpleNamespace(attention_backend="hs", radix_cache_backend=None, page_size=None, model_path=prepared,
+                           tp_size=1, max_running_requests=None, warmups=given, device=device)
+    plugin._check_server_args(args)
+    assert args.warmups == expect

@@ -25,10 +25,15 @@ def server(tmp_path_factory):
             "--dtype", "float32", "--max-total-tokens", "1536", "--context-length", "1024",
             "--mem-fraction-static", "0.05", "--disable-cuda-graph", "--sampling-backend", "pytorch",
             "--grammar-backend", "none", "--hs-decode-sk", "1", "--hs-decode-sv", "1",
-            "--hs-dense-reserve", "1.0", "--enable-metrics"]  # a 24-page pool: every page may be dense while a batch prefills
+            "--hs-dense-reserve", "1.0", "--enable-metrics",  # a 24-page pool: every page may be dense while a batch prefills
+            "--warmups", "hs_prefill", "--chunked-prefill-size", "256"]  # added by default on CUDA only
     env = cpu_env(str(log), SGLANG_HS_STATS_FILE=str(root / "stats.json"))
     with ServerProcess(args, env, str(root / "server.log"), start_timeout_s=300) as proc:
+        server_logs[proc.base] = root / "server.log"
         yield proc.base, log
+
+
+server_logs = {}
 
 
 def generate(base, text, n=6):
@@ -100,3 +105,13 @@ def test_too_long_request_is_refused_and_server_stays_up(server):
     assert status == 400 and "context length" in body.lower()
     status, body = generate(base, "still serving")
     assert status == 200 and len(body["output_ids"]) == 6
+
+
+def test_warmup_ran_the_prefill_shapes_before_listening(server):
+    """The hs_prefill warm-up: a prompt of two 256-token chunks and a 64-token tail (its chunks read a prefix of
+    their own), then a question on its cached prefix, all before the first request was accepted."""
+    base, _ = server
+    text = server_logs[base].read_text(errors="replace")
+    done = text.index("hs: hs_prefill warm-up done (a 576-token prompt, then 64 more tokens on its cached prefix)")
+    assert text.index("Running warmup hs_prefill") < done
+    assert "Could not find custom warmup" not in text

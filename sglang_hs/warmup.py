@@ -1,0 +1,49 @@
+"""SGLang warm-up ``hs_prefill`` (``--warmups hs_prefill``; the plugin adds it on CUDA when no ``--warmups``
+is given): before the HTTP server listens, run the prefill shapes whose Triton variants a first request would
+otherwise compile while a user waits. SGLang's own warm-up (a few tokens) and its ``prefill_shapes`` (prompts
+without a cached prefix) miss them: chunks after a prefix written by the same request, the short last chunk, and
+a question on a cached prefix. Each layer runs its own variants, so one prompt covers them all."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+logger = logging.getLogger("sglang_hs")
+
+NAME = "hs_prefill"
+QUESTION_TOKENS = 64
+
+
+def prompt_tokens(chunk: int | None, limit: int, question: int = QUESTION_TOKENS) -> int:
+    """Tokens of the warm-up prompt: two prefill chunks and a short tail (so the prompt's chunks read a
+    prefix of its own, the last one short), leaving room under ``limit`` (the longest request the server
+    takes) for the question and two output tokens; ``chunk`` None (chunked prefill off): 2048 and the tail."""
+    return max(1, min(2 * (chunk or 1024) + question, limit - question - 2))
+
+
+async def hs_prefill(disaggregation_mode: str, tokenizer_manager) -> None:
+    from sglang.srt.managers.io_struct import GenerateReqInput
+
+    if disaggregation_mode != "null":
+        logger.info("hs: %s warm-up skipped under disaggregation", NAME)
+        return
+    args = tokenizer_manager.server_args
+    chunk = args.chunked_prefill_size if args.chunked_prefill_size and args.chunked_prefill_size > 0 else None
+    rng = np.random.default_rng(0)
+    vocab = tokenizer_manager.model_config.vocab_size
+    limit = min(tokenizer_manager.context_len, tokenizer_manager.max_req_input_len or tokenizer_manager.context_len)
+    prompt = rng.integers(vocab, size=prompt_tokens(chunk, limit)).tolist()
+    question = prompt + rng.integers(vocab, size=QUESTION_TOKENS).tolist()  # its prefix is cached by then
+    try:
+        for ids in (prompt, question):
+            req = GenerateReqInput(input_ids=ids, sampling_params={"max_new_tokens": 2, "temperature": 0.0})
+            async for _ in tokenizer_manager.generate_request(req, None):
+                pass
+    except Exception as e:  # an optimisation only: the server still starts, and a real request meets the same error
+        logger.warning("hs: %s warm-up failed (%s: %s); the first requests will compile their kernels",
+                       NAME, type(e).__name__, e)
+        return
+    logger.info("hs: %s warm-up done (a %d-token prompt, then %d more tokens on its cached prefix)",
+                NAME, len(prompt), QUESTION_TOKENS)
