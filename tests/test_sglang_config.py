@@ -105,3 +105,20 @@ def test_server_args_get_the_prefill_warmup_on_cuda(prepared, device, given, exp
                            tp_size=1, max_running_requests=None, warmups=given, device=device)
     plugin._check_server_args(args)
     assert args.warmups == expect
+
+
+def test_a_failing_warmup_is_logged_and_the_server_starts(caplog):
+    import asyncio
+    from types import SimpleNamespace
+
+    from sglang_hs.warmup import hs_prefill
+
+    async def refuse(req, _):
+        raise ValueError(f"refused {len(req.input_ids)} tokens")
+        yield
+
+    manager = SimpleNamespace(server_args=SimpleNamespace(chunked_prefill_size=256), context_len=1024,
+                              max_req_input_len=1000, model_config=SimpleNamespace(vocab_size=100),
+                              generate_request=refuse)
+    asyncio.run(hs_prefill("null", manager))
+    assert "hs_prefill warm-up failed (ValueError: refused 576 tokens)" in caplog.text
