@@ -26,11 +26,12 @@ def prompt_tokens(chunk: int | None, limit: int, question: int = QUESTION_TOKENS
 async def hs_prefill(disaggregation_mode: str, tokenizer_manager) -> None:
     from sglang.srt.managers.io_struct import GenerateReqInput
 
+    from .plugin import _prefill_chunk
+
     if disaggregation_mode != "null":
         logger.info("hs: %s warm-up skipped under disaggregation", NAME)
         return
-    args = tokenizer_manager.server_args
-    chunk = args.chunked_prefill_size if args.chunked_prefill_size and args.chunked_prefill_size > 0 else None
+    chunk = _prefill_chunk(tokenizer_manager.server_args)
     rng = np.random.default_rng(0)
     vocab = tokenizer_manager.model_config.vocab_size
     limit = min(tokenizer_manager.context_len, tokenizer_manager.max_req_input_len or tokenizer_manager.context_len)
