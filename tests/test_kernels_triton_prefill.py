@@ -4,7 +4,7 @@ As test_kernels_triton_decode.py: the kernel's own indexing, masking (partial la
 causal diagonal, chunk tail), 2:4 unpacking and online softmax run on CPU tensors on every pool
 path (dense / sparse / mixed, single-kind pools), tiles of 64 and 128 rows, d 64 / 128 / 256, in
 float16 with the select form of the unpack (the prmt form and bfloat16: test_kernels_gpu_triton_prefill.py), branch and select forms of the
-mixed variant, chunk key tiles of 64 and 128, 1 / 2 / 4 / 8 query heads per tile, the prefix densified first, dense prefixes two blocks per key tile, the chunk's keys through tensor descriptors, and the prefix split among programs (partials merged by log-sum-exp), including
+mixed variant, chunk key tiles of 64 and 128, 1 / 2 / 4 / 8 query heads per tile, the prefix densified first, dense prefixes two blocks per key tile, the chunk's keys through tensor descriptors (and a gathered prefix's block pairs), and the prefix split among programs (partials merged by log-sum-exp), including
 more splits asked for than there are full blocks. Tokens past the prefix in its last block are NaN
 in the pools, dense or compressed: the kernel must not let them through.
 """
@@ -55,6 +55,11 @@ TMA = [
     (100, 8, 2, 128, 300, 0.5, 0.5, 64, False, None, 64, None, False, 64),
     (33, 16, 2, 256, 64, 0.0, 1.0, 64, False, None, 64, None, True, 64),
     (64, 8, 2, 64, 1000, 0.5, 0.5, 128, False, 4, 64, None, True, 128),
+    # densify with TMA gathers a dense operand too and reads its block pairs as 128-row descriptor tiles:
+    # an odd block count, a partial last block with splits, a dense K beside a 2:4 V
+    (100, 8, 2, 64, 704, 0.0, 0.0, 128, False, None, 64, None, True, 128),
+    (70, 4, 1, 128, 650, 0.0, 0.0, 128, False, 3, 64, None, True, 128),
+    (64, 4, 1, 64, 600, 0.0, 1.0, 128, False, None, 64, None, True, 128),
 ]
 
 SCRIPT = r"""
