@@ -270,10 +270,12 @@ DENSIFY_MIN_READERS = {"mixed": 4, "sparse": 8}
 DENSIFY_MAX_BYTES = 1 << 30  # the transient dense copy of one call's prefix (K and V) at most
 
 
-def prefill_chunk_n(prefix_len: int, block_m: int) -> int:
+def prefill_chunk_n(prefix_len: int, block_m: int, tma: bool = False) -> int:
     """Default keys per tile of the chunk's own keys: 128 without a prefix (the one-shot prefill, 5 %
-    faster on the H200), 64 after one (128 was 2-7 % slower there; kernels/BENCHMARKS.md)."""
-    return 128 if prefix_len == 0 and block_m >= 128 else 64
+    faster on the H200) or through TMA (4 x 8K chunked with the prefix gathered for TMA, tenth session: 0.3-2.8 % faster
+    at five of six pools, 0.7 % slower at one), 64 after a prefix with pointer loads (128 was 2-7 % slower there;
+    kernels/BENCHMARKS.md)."""
+    return 128 if (prefix_len == 0 or tma) and block_m >= 128 else 64
 
 
 def prefill_prefix_n(block_m: int) -> int:
@@ -383,7 +385,9 @@ def triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len: int, s
     h_kv = k_index.shape[0]
     block_m, num_warps, num_stages = (given or default for given, default in
                                       zip((block_m, num_warps, num_stages), prefill_launch(d)))
-    chunk_n = prefill_chunk_n(prefix_len, block_m) if chunk_n is None else chunk_n
+    k, v = k.contiguous(), v.contiguous()
+    tma = prefill_tma(k, v) if tma is None else tma
+    chunk_n = prefill_chunk_n(prefix_len, block_m, tma) if chunk_n is None else chunk_n
     if chunk_n not in (64, 128) or chunk_n > block_m:
         raise ValueError(f"chunk_n must be 64 or 128 and at most block_m ({block_m}), got {chunk_n}")
     prefix_n = prefill_prefix_n(block_m) if prefix_n is None else prefix_n
@@ -395,8 +399,6 @@ def triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len: int, s
     used = -(-prefix_len // BLOCK_SIZE)
     k_mode, v_mode = _entry_kinds(k_index, v_index, used)
     programs = prefill_programs(t, h_q, h_kv, block_m, hg)
-    k, v = k.contiguous(), v.contiguous()
-    tma = prefill_tma(k, v) if tma is None else tma
     if densify is None:
         densify = prefill_densify(programs // h_kv, DENSE | SPARSE in (k_mode, v_mode), h_kv, used, d, q.element_size())
     # with TMA a long chunk gathers even a dense prefix, so that each block pair is one 128-row bulk copy

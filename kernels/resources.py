@@ -127,6 +127,7 @@ def variants() -> list[Variant]:
                            prefill_warps, prefill_stages)
 
         one_shot_n, after_prefix_n = gpu.prefill_chunk_n(0, prefill_rows), gpu.prefill_chunk_n(1, prefill_rows)
+        long_n = gpu.prefill_chunk_n(1, prefill_rows, tma=True)
         if one_shot_n != after_prefix_n:  # else K1 V1 below
             out += [prefill("one shot", one_shot_n, tma, K_MODE=1, V_MODE=1) for tma in (False, True)]
             out.append(prefill("K1 V1 prefix 128", 64, K_MODE=1, V_MODE=1, PREFIX_N=128))
@@ -134,9 +135,9 @@ def variants() -> list[Variant]:
             for split in (False, True):
                 out.append(prefill(f"K{k_mode} V{v_mode}{' split' if split else ''}", after_prefix_n, K_MODE=k_mode,
                                    V_MODE=v_mode, SPLIT=split))
-            out.append(prefill(f"K{k_mode} V{v_mode}", after_prefix_n, True, K_MODE=k_mode, V_MODE=v_mode))  # long chunks
+            out.append(prefill(f"K{k_mode} V{v_mode}", long_n, True, K_MODE=k_mode, V_MODE=v_mode))  # long chunks
         if gpu.prefill_prefix_n(prefill_rows) == 128:  # long chunks (TMA) after a prefix gathered in per-head order
-            out.append(prefill("K1 V1 prefix 128 gathered", after_prefix_n, True, True, K_MODE=1, V_MODE=1,
+            out.append(prefill("K1 V1 prefix 128 gathered", long_n, True, True, K_MODE=1, V_MODE=1,
                                PREFIX_N=128))
         for k_mode, v_mode in ((1, 2), (2, 2), (3, 3)):  # launched only when an operand has 2:4 blocks
             out.append(Variant(f"densify d{d} K{k_mode} V{v_mode}", "triton_prefill", "densify_kernel",

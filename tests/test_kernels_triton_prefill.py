@@ -121,6 +121,7 @@ def test_launch_defaults():
     assert gpu.prefill_tiles(64, 16, 2, block_m=64) == (4, 4)
     assert gpu.prefill_tiles(100, 28, 4) == (1, 1)  # a group of 7: no power of two above 1 divides it
     assert gpu.prefill_chunk_n(0, 128) == 128 and gpu.prefill_chunk_n(0, 64) == 64 and gpu.prefill_chunk_n(640, 128) == 64
+    assert gpu.prefill_chunk_n(640, 128, tma=True) == 128 and gpu.prefill_chunk_n(640, 64, tma=True) == 64
     assert gpu.prefill_prefix_n(128) == 128 and gpu.prefill_prefix_n(64) == 64
     for mixed, n in ((True, gpu.DENSIFY_MIN_READERS["mixed"]), (False, gpu.DENSIFY_MIN_READERS["sparse"])):
         assert not gpu.prefill_densify(n - 1, mixed, 8, 512, 128, 2) and gpu.prefill_densify(n, mixed, 8, 512, 128, 2)
