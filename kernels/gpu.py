@@ -300,9 +300,9 @@ def prefill_tma(k: torch.Tensor, v: torch.Tensor) -> bool:
 
 
 def prefill_densify(readers: int, mixed: bool, h_kv: int, used: int, head_dim: int, itemsize: int) -> bool:
-    """Default of ``densify`` (``mixed``: K's or V's entries both dense and sparse; an all-dense prefix,
-    copied only under TMA, counts as not mixed): when at least ``DENSIFY_MIN_READERS`` programs read each
-    prefix block (query tiles x head groups of one KV head) and the dense copy fits ``DENSIFY_MAX_BYTES``."""
+    """Default of ``densify`` for a prefix with 2:4 blocks (``mixed``: K's or V's entries both dense
+    and sparse): when at least ``DENSIFY_MIN_READERS`` programs read each prefix block (query tiles x
+    head groups of one KV head) and the dense copy fits ``DENSIFY_MAX_BYTES``."""
     return (readers >= DENSIFY_MIN_READERS["mixed" if mixed else "sparse"]
             and 2 * h_kv * used * BLOCK_SIZE * head_dim * itemsize <= DENSIFY_MAX_BYTES)
 
@@ -373,8 +373,8 @@ def triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len: int, s
     ``heads``: query heads of one KV group per tile (``prefill_tiles``). ``densify``: when the prefix has
     2:4 blocks, copy its used blocks into a dense scratch pool first (``triton_prefill.densify_kernel``;
     transient memory: the prefix's K and V, dense) and run the dense variant on it (default
-    ``prefill_densify``); with ``tma`` and 128-key prefix tiles a dense prefix is copied too, in per-head
-    order, so that each of its block pairs is one bulk copy. ``prefix_n``: keys per tile of a dense prefix (64, or 128: two blocks, at most
+    ``prefill_densify``); with ``tma`` and 128-key prefix tiles its dense operand is copied too, so that
+    each block pair of either is one bulk copy. ``prefix_n``: keys per tile of a dense prefix (64, or 128: two blocks, at most
     ``block_m``; default ``prefill_prefix_n``; a prefix with 2:4 blocks, unless densified, takes 64). ``tma``: the
     chunk's keys and values loaded as tensor-descriptor tiles (default ``prefill_tma``). Launch options left None
     take ``prefill_launch``'s defaults for the head_dim."""
@@ -401,9 +401,11 @@ def triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len: int, s
     programs = prefill_programs(t, h_q, h_kv, block_m, hg)
     if densify is None:
         densify = prefill_densify(programs // h_kv, DENSE | SPARSE in (k_mode, v_mode), h_kv, used, d, q.element_size())
-    # with TMA a long chunk gathers even a dense prefix, so that each block pair is one 128-row bulk copy
+    densify = densify and bool((k_mode | v_mode) & SPARSE)
+    # under TMA a densified prefix's dense operand is copied too, so that each block pair is one bulk copy (a
+    # dense prefix is not: gathered, it ran no faster than by pointers, kernels/BENCHMARKS.md, tenth session)
     prefix_tma = tma and densify and prefix_n == 2 * BLOCK_SIZE and prefix_len >= prefix_n
-    if prefix_tma or densify and (k_mode | v_mode) & SPARSE:
+    if densify:
         k_pool, v_pool, k_index, v_index = _densified(k_pool, v_pool, k_index, v_index, used, k_mode, v_mode, q.is_cuda,
                                                       every=prefix_tma)
         k_mode = v_mode = DENSE

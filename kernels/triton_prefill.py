@@ -14,8 +14,8 @@ Online softmax in base 2 over three key loops:
   * the rest up to its last token (causal mask).
 The chunk's own keys come dense from ``k``/``v`` (the serving backend passes them already pruned); with
 ``TMA`` these are tensor descriptors ``[T, H_KV * D]`` of ``CHUNK_N x D`` tiles (Hopper's bulk copies).
-With ``PREFIX_TMA`` the prefix was gathered whole in per-head order (``densify_kernel`` with ``ALL``: a block
-pair of one head is 128 adjacent rows) and ``k_tiles``/``v_tiles`` are descriptors of that copy's 128 x D
+With ``PREFIX_TMA`` the prefix was densified whole, in per-head order (``densify_kernel`` with ``ALL``: a
+block pair of one head is 128 adjacent rows) and ``k_tiles``/``v_tiles`` are descriptors of that copy's 128 x D
 tiles, so a pair is one bulk copy, addressed by its first entry (else they are None).
 With ``SPLIT`` the prefix blocks are divided among the programs of grid axis 2 (``per_split``
 blocks each; the last one also takes the partial block and the chunk) and each writes its
