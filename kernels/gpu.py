@@ -23,6 +23,7 @@ import os
 import torch
 
 from . import attention as _ref
+from . import cuda_decode as cd
 from .compressor import compress_blocks
 from .format import BLOCK_SIZE, META_DTYPE, check_blocks, check_operand, sparse_shapes
 from .pool import BlockPool
@@ -81,17 +82,20 @@ def wave_splits(programs: int, blocks: int, resident: int) -> int:
     return best
 
 
-def cuda_decode_splits(batch: int, h_kv: int, max_blocks: int, q: torch.Tensor, slots: int | None = None) -> int:
+def cuda_decode_splits(batch: int, h_kv: int, max_blocks: int, q: torch.Tensor, slots: int = cd.DEFAULT_SLOTS) -> int:
     """Default split count of the CUDA decode: ``wave_splits`` with the built kernel's residency."""
-    from . import cuda_decode as cd
-
-    resident = cd.resident_per_sm(q.shape[-1], q.dtype, slots or cd.DEFAULT_SLOTS)
+    resident = cd.resident_per_sm(q.shape[-1], q.dtype, slots)
     return wave_splits(batch * h_kv, max_blocks, _sm_count(q.device) * resident)
 
 
 @functools.lru_cache(maxsize=None)
 def _sm_count(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_major(device: torch.device) -> int:
+    return torch.cuda.get_device_capability(device)[0]
 
 
 def triton_decode_splits(batch: int, h_kv: int, max_blocks: int, sms: int) -> int:
@@ -144,9 +148,7 @@ def _pool_kinds(pool: BlockPool) -> int:
 def cuda_decode_supported(q: torch.Tensor, k_index: torch.Tensor) -> bool:
     """Whether ``decode_attention(..., kernel="cuda")`` can run the sparse-tensor-core kernel: head_dim
     64 / 128, at most 8 query heads per KV group, nvcc on the machine (``cuda_decode``)."""
-    from . import cuda_decode
-
-    return cuda_decode.supports(q.shape[-1], q.shape[1] // k_index.shape[1])
+    return cd.supports(q.shape[-1], q.shape[1] // k_index.shape[1])
 
 
 def decode_attention(q: torch.Tensor, k_pool: BlockPool, v_pool: BlockPool,
@@ -171,8 +173,6 @@ def decode_attention(q: torch.Tensor, k_pool: BlockPool, v_pool: BlockPool,
     if seq_lens.shape != (batch,):
         raise ValueError(f"seq_lens must have shape [{batch}], got {list(seq_lens.shape)}")
     scale = _ref._scale(sm_scale, q)
-    from . import cuda_decode as cd
-
     use_cuda = kernel != "triton" and cuda_decode_supported(q, k_index) and (kernel == "cuda" or cd.built())
     if kernel == "cuda" and not use_cuda:
         raise ValueError(f"kernel='cuda' needs nvcc and head_dim in {cd.HEAD_DIMS} with at most {cd.MAX_GROUP} "
@@ -185,17 +185,16 @@ def decode_attention(q: torch.Tensor, k_pool: BlockPool, v_pool: BlockPool,
 
 
 def cuda_decode(q, k_pool, v_pool, k_index, v_index, seq_lens, scale: float, splits: int, parts=None,
-                slots: int | None = None):
+                slots: int = cd.DEFAULT_SLOTS):
     """Launch the CUDA decode (``cuda_decode``) on checked inputs, then Triton's combine; ``parts`` as
-    ``triton_decode``; ``slots``: ``cuda_decode.launch``'s (default ``cuda_decode.DEFAULT_SLOTS``)."""
-    from . import cuda_decode as cd
+    ``triton_decode``; ``slots``: ``cuda_decode.launch``'s."""
     from .triton_blocks import LOG2E
 
     batch, h_q, d = q.shape
     o_part, lse_part = parts or (torch.empty(batch, h_q, splits, d, dtype=torch.float32, device=q.device),
                                  torch.empty(batch, h_q, splits, dtype=torch.float32, device=q.device))
     cd.launch(q.contiguous(), k_pool, v_pool, k_index.contiguous(), v_index.contiguous(),
-              seq_lens.to(torch.int32).contiguous(), o_part, lse_part, scale * LOG2E, splits, slots or cd.DEFAULT_SLOTS)
+              seq_lens.to(torch.int32).contiguous(), o_part, lse_part, scale * LOG2E, splits, slots)
     return _combine(q, o_part, lse_part, splits)
 
 
@@ -271,10 +270,12 @@ DENSIFY_MIN_READERS = {"mixed": 4, "sparse": 8}
 DENSIFY_MAX_BYTES = 1 << 30  # the transient dense copy of one call's prefix (K and V) at most
 
 
-def prefill_chunk_n(prefix_len: int, block_m: int) -> int:
+def prefill_chunk_n(prefix_len: int, block_m: int, tma: bool = False) -> int:
     """Default keys per tile of the chunk's own keys: 128 without a prefix (the one-shot prefill, 5 %
-    faster on the H200), 64 after one (128 was 2-7 % slower there; kernels/BENCHMARKS.md)."""
-    return 128 if prefix_len == 0 and block_m >= 128 else 64
+    faster on the H200) or through TMA (4 x 8K chunked with the prefix gathered for TMA, tenth session: 0.3-2.8 % faster
+    at five of six pools, 0.7 % slower at one), 64 after a prefix with pointer loads (128 was 2-7 % slower there;
+    kernels/BENCHMARKS.md)."""
+    return 128 if (prefix_len == 0 or tma) and block_m >= 128 else 64
 
 
 def prefill_prefix_n(block_m: int) -> int:
@@ -294,7 +295,7 @@ def prefill_tma(k: torch.Tensor, v: torch.Tensor) -> bool:
     """Default of ``tma``: the chunk's keys and values ``[T, H_kv, D]`` read through Hopper's tensor memory
     accelerator (``triton_prefill``) on sm_90 and later, for chunks of at least ``TMA_MIN_TOKENS``, where
     both are 16-byte aligned, as TMA requires (their rows then are: D is 64, 128 or 256)."""
-    return (k.is_cuda and k.shape[0] >= TMA_MIN_TOKENS and torch.cuda.get_device_capability(k.device)[0] >= 9
+    return (k.is_cuda and k.shape[0] >= TMA_MIN_TOKENS and _sm_major(k.device) >= 9
             and k.data_ptr() % 16 == 0 and v.data_ptr() % 16 == 0)
 
 
@@ -372,7 +373,8 @@ def triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len: int, s
     ``heads``: query heads of one KV group per tile (``prefill_tiles``). ``densify``: when the prefix has
     2:4 blocks, copy its used blocks into a dense scratch pool first (``triton_prefill.densify_kernel``;
     transient memory: the prefix's K and V, dense) and run the dense variant on it (default
-    ``prefill_densify``). ``prefix_n``: keys per tile of a dense prefix (64, or 128: two blocks, at most
+    ``prefill_densify``); with ``tma`` and 128-key prefix tiles its dense operand is copied too, so that
+    each block pair of either is one bulk copy. ``prefix_n``: keys per tile of a dense prefix (64, or 128: two blocks, at most
     ``block_m``; default ``prefill_prefix_n``; a prefix with 2:4 blocks, unless densified, takes 64). ``tma``: the
     chunk's keys and values loaded as tensor-descriptor tiles (default ``prefill_tma``). Launch options left None
     take ``prefill_launch``'s defaults for the head_dim."""
@@ -383,7 +385,9 @@ def triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len: int, s
     h_kv = k_index.shape[0]
     block_m, num_warps, num_stages = (given or default for given, default in
                                       zip((block_m, num_warps, num_stages), prefill_launch(d)))
-    chunk_n = prefill_chunk_n(prefix_len, block_m) if chunk_n is None else chunk_n
+    k, v = k.contiguous(), v.contiguous()
+    tma = prefill_tma(k, v) if tma is None else tma
+    chunk_n = prefill_chunk_n(prefix_len, block_m, tma) if chunk_n is None else chunk_n
     if chunk_n not in (64, 128) or chunk_n > block_m:
         raise ValueError(f"chunk_n must be 64 or 128 and at most block_m ({block_m}), got {chunk_n}")
     prefix_n = prefill_prefix_n(block_m) if prefix_n is None else prefix_n
@@ -397,58 +401,67 @@ def triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len: int, s
     programs = prefill_programs(t, h_q, h_kv, block_m, hg)
     if densify is None:
         densify = prefill_densify(programs // h_kv, DENSE | SPARSE in (k_mode, v_mode), h_kv, used, d, q.element_size())
-    if densify and (k_mode | v_mode) & SPARSE:
-        k_pool, v_pool, k_index, v_index = _densified(k_pool, v_pool, k_index, v_index, used, k_mode, v_mode, q.is_cuda)
+    densify = densify and bool((k_mode | v_mode) & SPARSE)
+    # under TMA a densified prefix's dense operand is copied too, so that each block pair is one bulk copy (a
+    # dense prefix is not: gathered, it ran no faster than by pointers, kernels/BENCHMARKS.md, tenth session)
+    prefix_tma = tma and densify and prefix_n == 2 * BLOCK_SIZE and prefix_len >= prefix_n
+    if densify:
+        k_pool, v_pool, k_index, v_index = _densified(k_pool, v_pool, k_index, v_index, used, k_mode, v_mode, q.is_cuda,
+                                                      every=prefix_tma)
         k_mode = v_mode = DENSE
     splits, per_split = prefill_split_plan(programs, prefix_len // BLOCK_SIZE, q.device, splits)
     part_out, part_lse = (out, lse) if splits == 1 else (
         torch.empty(t, h_q, splits, d, dtype=torch.float32, device=q.device),
         torch.empty(t, h_q, splits, dtype=torch.float32, device=q.device))
     k_index, v_index = _with_column(k_index), _with_column(v_index)
-    k, v = k.contiguous(), v.contiguous()
-    tma = prefill_tma(k, v) if tma is None else tma
+    k_tiles = v_tiles = None
     if tma:
         from triton.tools.tensor_descriptor import TensorDescriptor
 
         k, v = (TensorDescriptor.from_tensor(x.view(t, h_kv * d), [chunk_n, d]) for x in (k, v))
+        if prefix_tma:
+            k_tiles, v_tiles = (TensorDescriptor.from_tensor(p.dense.view(-1, d), [prefix_n, d]) for p in (k_pool, v_pool))
     tp.prefill_kernel[(tiles, h_q // hg, splits)](
         q.contiguous(), k, v,
         _nonempty(k_pool.dense), _nonempty(k_pool.values), _nonempty(k_pool.meta),
         _nonempty(v_pool.dense), _nonempty(v_pool.values), _nonempty(v_pool.meta),
-        k_index, v_index, part_out, part_lse, scale * LOG2E, t, prefix_len, k_index.shape[1], per_split,
+        k_index, v_index, k_tiles, v_tiles, part_out, part_lse, scale * LOG2E, t, prefix_len, k_index.shape[1], per_split,
         H_KV=h_kv, G=h_q // h_kv, D=d, BLOCK_M=block_m, HG=hg, K_MODE=k_mode, V_MODE=v_mode,
         PRMT=q.is_cuda, SELECT=select, SPLIT=splits > 1, CHUNK_N=chunk_n,
-        PREFIX_N=prefix_n if k_mode == v_mode == DENSE else BLOCK_SIZE, TMA=tma, num_warps=num_warps,
-        num_stages=num_stages)
+        PREFIX_N=prefix_n if k_mode == v_mode == DENSE else BLOCK_SIZE, TMA=tma, PREFIX_TMA=prefix_tma,
+        num_warps=num_warps, num_stages=num_stages)
     if splits > 1:
         _merge_splits(part_out, part_lse, out, lse)
     return out, lse
 
 
-def _densified(k_pool, v_pool, k_index, v_index, used: int, k_mode: int, v_mode: int, prmt: bool):
-    """``(k_pool, v_pool, k_index, v_index)`` with each operand that has 2:4 blocks replaced by a pool
-    holding its first ``used`` blocks of every KV head dense, at slot ``h * used + j``, and that index
-    map (``triton_prefill.densify_kernel``); an all-dense operand is kept as it is."""
+def _densified(k_pool, v_pool, k_index, v_index, used: int, k_mode: int, v_mode: int, prmt: bool,
+               every: bool = False):
+    """``(k_pool, v_pool, k_index, v_index)`` with each operand that has 2:4 blocks (``every``: each
+    operand) replaced by a pool holding its first ``used`` blocks of every KV head dense, at slot
+    ``h * used + j``, and that index map (``triton_prefill.densify_kernel``); an all-dense operand is
+    otherwise kept as it is."""
     from . import triton_prefill as tp
     from .triton_blocks import DENSE
 
     h_kv, nb = k_index.shape
     device = k_pool.dense.device
     shape = (h_kv * used, BLOCK_SIZE, k_pool.head_dim)
-    k_out = torch.empty(shape if k_mode != DENSE else (1, *shape[1:]), dtype=k_pool.dtype, device=device)
-    v_out = torch.empty(shape if v_mode != DENSE else (1, *shape[1:]), dtype=v_pool.dtype, device=device)
+    k_copied, v_copied = every or k_mode != DENSE, every or v_mode != DENSE
+    k_out = torch.empty(shape if k_copied else (1, *shape[1:]), dtype=k_pool.dtype, device=device)
+    v_out = torch.empty(shape if v_copied else (1, *shape[1:]), dtype=v_pool.dtype, device=device)
     tp.densify_kernel[(used, h_kv)](
         _nonempty(k_pool.dense), _nonempty(k_pool.values), _nonempty(k_pool.meta),
         _nonempty(v_pool.dense), _nonempty(v_pool.values), _nonempty(v_pool.meta),
         k_index.contiguous(), v_index.contiguous(), k_out, v_out, nb, used,
-        D=k_pool.head_dim, K_MODE=k_mode, V_MODE=v_mode, PRMT=prmt, num_warps=4)
+        D=k_pool.head_dim, K_MODE=k_mode, V_MODE=v_mode, PRMT=prmt, ALL=every, num_warps=4)
     # the same width as the kept map: the prefill reads both with one row stride
     index = torch.zeros(h_kv, nb, dtype=torch.int32, device=device)
     index[:, :used] = (torch.arange(h_kv, dtype=torch.int32, device=device)[:, None] * used
                        + torch.arange(used, dtype=torch.int32, device=device)[None, :])
     out = []
-    for pool, idx, mode, x in ((k_pool, k_index, k_mode, k_out), (v_pool, v_index, v_mode, v_out)):
-        if mode == DENSE:
+    for pool, idx, copied, x in ((k_pool, k_index, k_copied, k_out), (v_pool, v_index, v_copied, v_out)):
+        if not copied:
             out.append((pool, idx))
             continue
         values_shape, meta_shape = sparse_shapes(pool.operand, x.shape[-1])

@@ -113,15 +113,21 @@ def variants() -> list[Variant]:
         prefill_rows, prefill_warps, prefill_stages = gpu.prefill_launch(d)
         hg = gpu.prefill_tiles(1, 32, 8, prefill_rows)[0]
 
-        def prefill(name, chunk_n, tma=False, **modes):
+        def prefill(name, chunk_n, tma=False, prefix_tma=False, **modes):
             types = _prefill_types()
+            tiles = dict(k_tiles=None, v_tiles=None)
             if tma:  # the chunk's K and V as tensor descriptors of chunk_n x d tiles
                 types.update(dict.fromkeys(("k_ptr", "v_ptr"), f"tensordesc<bf16[{chunk_n}, {d}]>"))
+            if prefix_tma:  # and the gathered prefix's, of block pairs
+                types.update(dict.fromkeys(("k_tiles", "v_tiles"), f"tensordesc<bf16[128, {d}]>"))
+                tiles = {}
             return Variant(f"prefill d{d} {name}{' TMA' if tma else ''}", "triton_prefill", "prefill_kernel", types,
                            dict(H_KV=8, G=4, D=d, BLOCK_M=prefill_rows, PRMT=True, SELECT=False, HG=hg, CHUNK_N=chunk_n,
-                                TMA=tma, **{"SPLIT": False, "PREFIX_N": 64, **modes}), prefill_warps, prefill_stages)
+                                TMA=tma, PREFIX_TMA=prefix_tma, **tiles, **{"SPLIT": False, "PREFIX_N": 64, **modes}),
+                           prefill_warps, prefill_stages)
 
         one_shot_n, after_prefix_n = gpu.prefill_chunk_n(0, prefill_rows), gpu.prefill_chunk_n(1, prefill_rows)
+        long_n = gpu.prefill_chunk_n(1, prefill_rows, tma=True)
         if one_shot_n != after_prefix_n:  # else K1 V1 below
             out += [prefill("one shot", one_shot_n, tma, K_MODE=1, V_MODE=1) for tma in (False, True)]
             out.append(prefill("K1 V1 prefix 128", 64, K_MODE=1, V_MODE=1, PREFIX_N=128))
@@ -129,13 +135,19 @@ def variants() -> list[Variant]:
             for split in (False, True):
                 out.append(prefill(f"K{k_mode} V{v_mode}{' split' if split else ''}", after_prefix_n, K_MODE=k_mode,
                                    V_MODE=v_mode, SPLIT=split))
-            out.append(prefill(f"K{k_mode} V{v_mode}", after_prefix_n, True, K_MODE=k_mode, V_MODE=v_mode))  # long chunks
+            out.append(prefill(f"K{k_mode} V{v_mode}", long_n, True, K_MODE=k_mode, V_MODE=v_mode))  # long chunks
+        if gpu.prefill_prefix_n(prefill_rows) == 128:  # long chunks (TMA) after a densified prefix, or a dense one
+            out.append(prefill("K1 V1 prefix 128 densified", long_n, True, True, K_MODE=1, V_MODE=1, PREFIX_N=128))
+            out.append(prefill("K1 V1 prefix 128", long_n, True, K_MODE=1, V_MODE=1, PREFIX_N=128))
         for k_mode, v_mode in ((1, 2), (2, 2), (3, 3)):  # launched only when an operand has 2:4 blocks
             out.append(Variant(f"densify d{d} K{k_mode} V{v_mode}", "triton_prefill", "densify_kernel",
                                {**dict.fromkeys(("k_dense", "k_vals", "v_dense", "v_vals", "k_out", "v_out"), "*bf16"),
                                 "k_meta": "*i16", "v_meta": "*i16", "k_index": "*i32", "v_index": "*i32",
                                 "nb": "i32", "used": "i32"},
-                               dict(D=d, K_MODE=k_mode, V_MODE=v_mode, PRMT=True), 4))
+                               dict(D=d, K_MODE=k_mode, V_MODE=v_mode, PRMT=True, ALL=False), 4))
+        if gpu.prefill_prefix_n(prefill_rows) == 128:  # under TMA the dense operand is copied too
+            out.append(Variant(f"densify d{d} K1 V2 both copied", "triton_prefill", "densify_kernel", out[-3].types,
+                               dict(D=d, K_MODE=1, V_MODE=2, PRMT=True, ALL=True), 4))
     return out
 
 

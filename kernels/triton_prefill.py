@@ -14,6 +14,9 @@ Online softmax in base 2 over three key loops:
   * the rest up to its last token (causal mask).
 The chunk's own keys come dense from ``k``/``v`` (the serving backend passes them already pruned); with
 ``TMA`` these are tensor descriptors ``[T, H_KV * D]`` of ``CHUNK_N x D`` tiles (Hopper's bulk copies).
+With ``PREFIX_TMA`` the prefix was densified whole, in per-head order (``densify_kernel`` with ``ALL``: a
+block pair of one head is 128 adjacent rows) and ``k_tiles``/``v_tiles`` are descriptors of that copy's 128 x D
+tiles, so a pair is one bulk copy, addressed by its first entry (else they are None).
 With ``SPLIT`` the prefix blocks are divided among the programs of grid axis 2 (``per_split``
 blocks each; the last one also takes the partial block and the chunk) and each writes its
 normalised partial output and log-sum-exp for ``triton_decode.combine_kernel``: a short chunk
@@ -73,10 +76,11 @@ def _prefix_block(q, m_i, l_i, acc, scale_log2, j, live, k_dense, k_vals, k_meta
 
 @triton.jit(do_not_specialize=["t_len", "prefix_len", "nb", "per_split"])  # one compile per variant, not per length
 def prefill_kernel(q_ptr, k_ptr, v_ptr, k_dense, k_vals, k_meta, v_dense, v_vals, v_meta, k_index, v_index,
-                   out_ptr, lse_ptr, scale_log2, t_len, prefix_len, nb, per_split,
+                   k_tiles, v_tiles, out_ptr, lse_ptr, scale_log2, t_len, prefix_len, nb, per_split,
                    H_KV: tl.constexpr, G: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, HG: tl.constexpr,
                    K_MODE: tl.constexpr, V_MODE: tl.constexpr, PRMT: tl.constexpr, SELECT: tl.constexpr,
-                   SPLIT: tl.constexpr, CHUNK_N: tl.constexpr, PREFIX_N: tl.constexpr, TMA: tl.constexpr):
+                   SPLIT: tl.constexpr, CHUNK_N: tl.constexpr, PREFIX_N: tl.constexpr, TMA: tl.constexpr,
+                   PREFIX_TMA: tl.constexpr):
     mx = tl.num_programs(0) - 1 - tl.program_id(0)
     sp = tl.program_id(2)
     last = sp == tl.num_programs(2) - 1
@@ -109,10 +113,14 @@ def prefill_kernel(q_ptr, k_ptr, v_ptr, k_dense, k_vals, k_meta, v_dense, v_vals
         low_block = ptok < BS
         pair_off = (ptok % BS)[:, None] * D + cols[None, :]
         for j in range(lo, lo + (hi - lo) // 2 * 2, 2):
-            ke = tl.where(low_block, tl.load(k_index + index_row + j), tl.load(k_index + index_row + j + 1))
-            ve = tl.where(low_block, tl.load(v_index + index_row + j), tl.load(v_index + index_row + j + 1))
-            k = tl.load(k_dense + ke[:, None].to(tl.int64) * (BS * D) + pair_off)
-            v = tl.load(v_dense + ve[:, None].to(tl.int64) * (BS * D) + pair_off)
+            if PREFIX_TMA:
+                k = k_tiles.load([tl.load(k_index + index_row + j) * BS, 0])
+                v = v_tiles.load([tl.load(v_index + index_row + j) * BS, 0])
+            else:
+                ke = tl.where(low_block, tl.load(k_index + index_row + j), tl.load(k_index + index_row + j + 1))
+                ve = tl.where(low_block, tl.load(v_index + index_row + j), tl.load(v_index + index_row + j + 1))
+                k = tl.load(k_dense + ke[:, None].to(tl.int64) * (BS * D) + pair_off)
+                v = tl.load(v_dense + ve[:, None].to(tl.int64) * (BS * D) + pair_off)
             m_i, l_i, acc = _softmax_step(q, k, v, m_i, l_i, acc, scale_log2, True, False)
         lo = lo + (hi - lo) // 2 * 2  # an odd block left over
     for j in range(lo, hi):
@@ -163,20 +171,22 @@ def prefill_kernel(q_ptr, k_ptr, v_ptr, k_dense, k_vals, k_meta, v_dense, v_vals
 
 @triton.jit
 def densify_kernel(k_dense, k_vals, k_meta, v_dense, v_vals, v_meta, k_index, v_index, k_out, v_out, nb, used,
-                   D: tl.constexpr, K_MODE: tl.constexpr, V_MODE: tl.constexpr, PRMT: tl.constexpr):
+                   D: tl.constexpr, K_MODE: tl.constexpr, V_MODE: tl.constexpr, PRMT: tl.constexpr,
+                   ALL: tl.constexpr):
     """Program ``(block j, KV head h)``: the blocks of entries ``k_index[h, j]`` / ``v_index[h, j]``,
     token-major, into dense slot ``h * used + j`` of ``k_out`` / ``v_out`` (rows as stored, stale
-    ones included: the prefill masks them). An operand whose entries are all dense is not copied."""
+    ones included: the prefill masks them). An operand whose entries are all dense is copied only
+    with ``ALL``."""
     j = tl.program_id(0)
     h = tl.program_id(1)
     dense_off, dense_t_off, kv_off, km_off, vv_off, vm_off = slot_offsets(D)
     dst = (h * used + j).to(tl.int64) * (BS * D) + dense_off
-    if K_MODE != _DENSE:
+    if ALL or K_MODE != _DENSE:
         ke = tl.load(k_index + h.to(tl.int64) * nb + j)
         k = load_block(k_dense, k_vals.to(tl.pointer_type(tl.int32)), k_meta.to(tl.pointer_type(tl.int32)), ke,
                        dense_off, kv_off, km_off, True, BS, D, K_MODE, k_out.dtype.element_ty, PRMT)
         tl.store(k_out + dst, k)
-    if V_MODE != _DENSE:
+    if ALL or V_MODE != _DENSE:
         ve = tl.load(v_index + h.to(tl.int64) * nb + j)
         v = load_block(v_dense, v_vals.to(tl.pointer_type(tl.int32)), v_meta.to(tl.pointer_type(tl.int32)), ve,
                        dense_t_off, vv_off, vm_off, True, D, BS, V_MODE, v_out.dtype.element_ty, PRMT)

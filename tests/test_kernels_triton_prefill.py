@@ -4,7 +4,7 @@ As test_kernels_triton_decode.py: the kernel's own indexing, masking (partial la
 causal diagonal, chunk tail), 2:4 unpacking and online softmax run on CPU tensors on every pool
 path (dense / sparse / mixed, single-kind pools), tiles of 64 and 128 rows, d 64 / 128 / 256, in
 float16 with the select form of the unpack (the prmt form and bfloat16: test_kernels_gpu_triton_prefill.py), branch and select forms of the
-mixed variant, chunk key tiles of 64 and 128, 1 / 2 / 4 / 8 query heads per tile, the prefix densified first, dense prefixes two blocks per key tile, the chunk's keys through tensor descriptors, and the prefix split among programs (partials merged by log-sum-exp), including
+mixed variant, chunk key tiles of 64 and 128, 1 / 2 / 4 / 8 query heads per tile, the prefix densified first, dense prefixes two blocks per key tile, the chunk's keys through tensor descriptors (and a gathered prefix's block pairs), and the prefix split among programs (partials merged by log-sum-exp), including
 more splits asked for than there are full blocks. Tokens past the prefix in its last block are NaN
 in the pools, dense or compressed: the kernel must not let them through.
 """
@@ -55,6 +55,12 @@ TMA = [
     (100, 8, 2, 128, 300, 0.5, 0.5, 64, False, None, 64, None, False, 64),
     (33, 16, 2, 256, 64, 0.0, 1.0, 64, False, None, 64, None, True, 64),
     (64, 8, 2, 64, 1000, 0.5, 0.5, 128, False, 4, 64, None, True, 128),
+    # densified under TMA (the dense operand copied too), block pairs read as 128-row descriptor tiles: an odd
+    # block count, a partial last block with splits, a dense K beside a 2:4 V; a dense prefix is not copied
+    (100, 8, 2, 64, 704, 1.0, 0.0, 128, False, None, 64, None, True, 128),
+    (70, 4, 1, 128, 650, 0.5, 0.5, 128, False, 3, 64, None, True, 128),
+    (64, 4, 1, 64, 600, 0.0, 1.0, 128, False, None, 64, None, True, 128),
+    (64, 4, 1, 64, 600, 0.0, 0.0, 128, False, None, 128, None, True, 128),
 ]
 
 SCRIPT = r"""
@@ -116,6 +122,7 @@ def test_launch_defaults():
     assert gpu.prefill_tiles(64, 16, 2, block_m=64) == (4, 4)
     assert gpu.prefill_tiles(100, 28, 4) == (1, 1)  # a group of 7: no power of two above 1 divides it
     assert gpu.prefill_chunk_n(0, 128) == 128 and gpu.prefill_chunk_n(0, 64) == 64 and gpu.prefill_chunk_n(640, 128) == 64
+    assert gpu.prefill_chunk_n(640, 128, tma=True) == 128 and gpu.prefill_chunk_n(640, 64, tma=True) == 64
     assert gpu.prefill_prefix_n(128) == 128 and gpu.prefill_prefix_n(64) == 64
     for mixed, n in ((True, gpu.DENSIFY_MIN_READERS["mixed"]), (False, gpu.DENSIFY_MIN_READERS["sparse"])):
         assert not gpu.prefill_densify(n - 1, mixed, 8, 512, 128, 2) and gpu.prefill_densify(n, mixed, 8, 512, 128, 2)

@@ -27,13 +27,14 @@ def test_report_ratios():
            "stock": {"runs": [run(64, 1, 0.5, 0.020, 50.0), {"context": 128, "batch": 1, "error": "RuntimeError: too long"}],
                      "prefix": {"cold_ttft_s": 2.0, "cached_ttft_s": 0.1, "cached_tokens": [1000]},
                      "kv": {"capacity_tokens": 100_000, "kv_bytes_per_token": 4096}},
-           "hs": {"runs": [run(64, 1, 0.4, 0.010, 100.0), run(128, 1, 0.8, 0.012, 80.0)],
+           "hs": {"runs": [run(64, 1, 0.4, 0.010, 100.0), run(128, 1, 0.8, 0.012, 80.0)], "first_ttft_s": 1.25,
                   "prefix": {"cold_ttft_s": 1.0, "cached_ttft_s": 0.05, "cached_tokens": [960]},
                   "kv": {"capacity_tokens": 350_000, "kv_bytes_per_token": 1170}}}
     text = markdown(res)
     assert "| 64 | 1 | 0.500 | 0.400 | 20.00 | 10.00 | 2.00 | 10.00 | 5.00 | 2.00 | 50.0 | 100.0 |" in text
     assert "| 128 | 1 | RuntimeError: too long | 0.800 |" in text
-    assert "| stock | 1000 | 2.000 | 0.100 | 0.050 | [1000] | 4096 | 100000 |" in text
+    assert "| stock | 1000 | - | 2.000 | 0.100 | 0.050 | [1000] | 4096 | 100000 |" in text  # no first-request figure
+    assert "| hs | 1000 | 1.250 | 1.000 | 0.050 | 0.050 | [960] | 1170 | 350000 |" in text
     assert "KV capacity hs / stock at --mem-fraction-static 0.8: 3.50x" in text
     assert "stock / hs: 32K 3 / 10, 64K 1 / 5, 128K 0 / 2" in text
 
