@@ -9,6 +9,7 @@ import pytest
 pytest.importorskip("sglang")
 pytest.importorskip("hs_prep")
 
+from sglang_hs.eval import haystack  # noqa: E402
 from sglang_hs.eval.cli import main  # noqa: E402
 from sglang_hs.eval.scoring import score  # noqa: E402
 from sglang_hs.testing import byte_tokenizer, tiny_llama, use_cpu_placeholder  # noqa: E402
@@ -19,7 +20,8 @@ TEMPLATE = ("{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}\n{% endf
             "{% if add_generation_prompt %}<assistant>{% endif %}")
 
 
-def test_in_process_warm_and_cold(tmp_path):
+def test_in_process_warm_and_cold(tmp_path, monkeypatch):
+    monkeypatch.setattr(haystack, "CACHE_DIR", tmp_path / "haystack")  # the generated filler, whatever is cached
     log = str(tmp_path / "placeholder_calls.log")
     use_cpu_placeholder(log)
     src = tiny_llama(str(tmp_path / "tiny"))

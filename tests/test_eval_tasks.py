@@ -49,6 +49,7 @@ def test_prompt_fits_length_and_holds_every_answer(builder, task, length):
     ids = builder.prompt_ids(task, s.context, s.questions[0], with_prefix=False)
     assert len(ids) == s.n_tokens
     assert 0.9 * length <= s.n_tokens <= length, (s.n_tokens, length)
+    assert all(len(builder.prompt_ids(task, s.context, q)) <= length for q in s.questions)  # as sent, answer prefix too
     for q in s.questions:
         for answer in q.answers:
             assert answer in s.context

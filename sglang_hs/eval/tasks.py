@@ -122,8 +122,10 @@ class Builder:
 
     def build(self, task: str, length: int, rng: random.Random, needles: list[tuple[float, str]],
               questions: list[Question]) -> tuple[str, int]:
-        """Context with ``needles`` (depth fraction, sentence) inserted, prompt <= ``length`` tokens."""
-        overhead = len(self.prompt_ids(task, " ".join(n for _, n in needles), questions[0], with_prefix=False))
+        """Context with ``needles`` (depth fraction, sentence) inserted, and the prompt tokens of
+        ``questions[0]`` without its answer prefix; every question's prompt as sent, answer prefix
+        included, is at most ``length`` tokens."""
+        overhead = self._longest(task, " ".join(n for _, n in needles), questions)
         budget = length - overhead
         if budget < 32:
             raise ValueError(f"length {length} is too short for task {task} (needs more than {overhead + 32} tokens)")
@@ -145,11 +147,14 @@ class Builder:
                 raise ValueError("haystack text is too short for this length")
         while True:
             context = self._insert(picked, needles)
-            n_tokens = len(self.prompt_ids(task, context, questions[0], with_prefix=False))
-            if n_tokens <= length or len(picked) <= 1:
-                return context, n_tokens
-            drop = max(1, (n_tokens - length) // 40)  # ~20-40 tokens per sentence; converge in a few passes
+            longest = self._longest(task, context, questions)
+            if longest <= length or len(picked) <= 1:
+                return context, len(self.prompt_ids(task, context, questions[0], with_prefix=False))
+            drop = max(1, (longest - length) // 40)  # ~20-40 tokens per sentence; converge in a few passes
             picked = picked[:-drop]
+
+    def _longest(self, task: str, context: str, questions: list[Question]) -> int:
+        return max(len(self.prompt_ids(task, context, q)) for q in questions)
 
     @staticmethod
     def _insert(picked: list[str], needles: list[tuple[float, str]]) -> str:
