@@ -267,8 +267,8 @@ class HSKVPool(KVCache):
         """Compress one sequence's blocks (token locs ``[num_tokens]``) per the decode sparsity; return
         how many blocks moved to sparse slots. Only dense blocks are read: a sparse block scores loss 0, as
         its decompressed 2:4 data would, so it stays selected and the work per call follows the dense
-        blocks, not the sequence. All layers at once (one loss pass, one selection and four host syncs
-        per operand: per layer, the launches and syncs took 48 ms per 8K chunk of Llama-3.1-8B on the H200)."""
+        blocks, not the sequence. All layers are selected at once (one selection and four host syncs per
+        operand; per layer, the launches and syncs took 48 ms per 8K chunk of Llama-3.1-8B on the H200)."""
         layers = [layer for layer in self.layers if layer.n_r]
         if num_tokens < BLOCK_SIZE or not layers:
             return 0
@@ -283,12 +283,12 @@ class HSKVPool(KVCache):
         rows, cols = torch.nonzero(index_t >= 0, as_tuple=True)  # row-major: each layer's dense blocks in a run
         dense_at = torch.searchsorted(rows, row_starts).tolist()
         dense_slots = index_t[rows, cols].long()
-        blocks = [layer.pools[op].dense[dense_slots[a:b]] for layer, a, b in zip(layers, dense_at, dense_at[1:])]
-        pool0 = layers[0].pools[op]
-        every = torch.cat(blocks)
-        loss_only = torch.full((every.shape[0],), -1, dtype=torch.int32, device=every.device)
+        loss_only = torch.full((rows.numel(),), -1, dtype=torch.int32, device=rows.device)
         loss = torch.zeros(index_t.shape, dtype=torch.float32, device=index_t.device)
-        loss[rows, cols] = compress_magnitude(every, op, pool0.values, pool0.meta, loss_only)[2]
+        # a layer's blocks at a time: all layers' dense blocks at once could take GBs (long sequences, S < 1)
+        loss[rows, cols] = torch.cat([compress_magnitude(layer.pools[op].dense[dense_slots[a:b]], op, layer.pools[op].values,
+                                                         layer.pools[op].meta, loss_only[a:b])[2]
+                                      for layer, a, b in zip(layers, dense_at, dense_at[1:])])
         chosen = torch.nonzero(select_sparse_blocks(loss, num_tokens, settings.decode.sparsity(op),
                                                     settings.sink_tokens, settings.window_tokens)[rows, cols]).flatten()
         chosen_at = torch.searchsorted(chosen, torch.tensor(dense_at, device=chosen.device)).tolist()
@@ -300,7 +300,7 @@ class HSKVPool(KVCache):
                 continue
             slots = layer.sparse_free[op].pop(n)
             pool = layer.pools[op]
-            compress_magnitude(blocks[i][pick - dense_at[i]], op, pool.values, pool.meta, slots.to(torch.int32))
+            compress_magnitude(pool.dense[dense_slots[pick]], op, pool.values, pool.meta, slots.to(torch.int32))
             layer.dense_free[op].push(dense_slots[pick])
             layer.index[op][pages[cols[pick]], rows[pick] - row_starts[i]] = (~slots).to(torch.int32)
             moved += n
