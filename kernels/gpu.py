@@ -272,8 +272,8 @@ DENSIFY_MAX_BYTES = 1 << 30  # the transient dense copy of one call's prefix (K 
 
 def prefill_chunk_n(prefix_len: int, block_m: int, tma: bool = False) -> int:
     """Default keys per tile of the chunk's own keys: 128 without a prefix (the one-shot prefill, 5 %
-    faster on the H200) or through TMA (4 x 8K chunked with the prefix gathered for TMA, tenth session: 0.3-2.8 % faster
-    at five of six pools, 0.7 % slower at one), 64 after a prefix with pointer loads (128 was 2-7 % slower there;
+    faster on the H200) or through TMA (4 x 8K chunked, tenth session: faster at 16 of 18 same-call A/B rows,
+    by up to 3.1 %, 1 % slower at most), 64 after a prefix with pointer loads (128 was 2-7 % slower there;
     kernels/BENCHMARKS.md)."""
     return 128 if (prefix_len == 0 or tma) and block_m >= 128 else 64
 
