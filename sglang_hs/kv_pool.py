@@ -18,8 +18,8 @@ import math
 
 import torch
 from torch.profiler import record_function
-from hs_kernels import (BLOCK_SIZE, NO_BLOCK, BlockPool, compress_magnitude, is_sparse, new_index_map,
-                        select_sparse_blocks, slot_of)
+from hs_kernels import (BLOCK_SIZE, NO_BLOCK, BlockPool, compress_magnitude, eligible_blocks, is_sparse,
+                        new_index_map, select_sparse_blocks, slot_of)
 from sglang.srt.mem_cache.memory_pool import KVCache
 
 from .settings import HSSettings
@@ -283,14 +283,18 @@ class HSKVPool(KVCache):
         rows, cols = torch.nonzero(index_t >= 0, as_tuple=True)  # row-major: each layer's dense blocks in a run
         dense_at = torch.searchsorted(rows, row_starts).tolist()
         dense_slots = index_t[rows, cols].long()
-        loss_only = torch.full((rows.numel(),), -1, dtype=torch.int32, device=rows.device)
-        loss = torch.zeros(index_t.shape, dtype=torch.float32, device=index_t.device)
-        # a layer's blocks at a time: all layers' dense blocks at once could take GBs (long sequences, S < 1)
-        loss[rows, cols] = torch.cat([compress_magnitude(layer.pools[op].dense[dense_slots[a:b]], op, layer.pools[op].values,
-                                                         layer.pools[op].meta, loss_only[a:b])[2]
-                                      for layer, a, b in zip(layers, dense_at, dense_at[1:])])
-        chosen = torch.nonzero(select_sparse_blocks(loss, num_tokens, settings.decode.sparsity(op),
-                                                    settings.sink_tokens, settings.window_tokens)[rows, cols]).flatten()
+        s = settings.decode.sparsity(op)
+        if s == 1.0:  # every eligible block, whatever its loss: no loss pass
+            chosen = eligible_blocks(num_tokens, settings.sink_tokens, settings.window_tokens, cols.device)[cols]
+        else:
+            loss_only = torch.full((rows.numel(),), -1, dtype=torch.int32, device=rows.device)
+            loss = torch.zeros(index_t.shape, dtype=torch.float32, device=index_t.device)
+            # a layer's blocks at a time: all layers' dense blocks at once could take GBs (long sequences)
+            loss[rows, cols] = torch.cat([compress_magnitude(layer.pools[op].dense[dense_slots[a:b]], op,
+                                                             layer.pools[op].values, layer.pools[op].meta, loss_only[a:b])[2]
+                                          for layer, a, b in zip(layers, dense_at, dense_at[1:])])
+            chosen = select_sparse_blocks(loss, num_tokens, s, settings.sink_tokens, settings.window_tokens)[rows, cols]
+        chosen = torch.nonzero(chosen).flatten()
         chosen_at = torch.searchsorted(chosen, torch.tensor(dense_at, device=chosen.device)).tolist()
         moved = 0
         for i, layer in enumerate(layers):
