@@ -156,6 +156,18 @@ def select_sparse_blocks(loss: torch.Tensor, num_tokens: int, sparsity: float,
     return chosen
 
 
+def loss_free_selection(num_tokens: int, sparsity: float, sink_tokens: int = DEFAULT_SINK_TOKENS,
+                        window_tokens: int = DEFAULT_WINDOW_TOKENS, device=None) -> torch.Tensor | None:
+    """``select_sparse_blocks``' result for every row, bool ``[num_blocks(num_tokens)]``, where it does not
+    depend on the loss (S = 0: no block; S = 1: every eligible one), so callers can skip computing the
+    loss; else None."""
+    if sparsity == 0.0:
+        return torch.zeros(num_blocks(num_tokens), dtype=torch.bool, device=device)
+    if sparsity == 1.0:
+        return eligible_blocks(num_tokens, sink_tokens, window_tokens, device)
+    return None
+
+
 def prune_blocks(blocks: torch.Tensor, operand: str, num_tokens: int, sparsity: float,
                  sink_tokens: int = DEFAULT_SINK_TOKENS, window_tokens: int = DEFAULT_WINDOW_TOKENS,
                  producer: MaskProducer = magnitude_mask) -> tuple[torch.Tensor, torch.Tensor]:

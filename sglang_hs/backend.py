@@ -22,7 +22,7 @@ from hs_kernels import (
     block_loss,
     decode_attention,
     element_mask,
-    eligible_blocks,
+    loss_free_selection,
     prefill_attention,
     select_sparse_blocks,
     streaming_attention,
@@ -169,12 +169,12 @@ class HSAttnBackend(AttentionBackend):
             return x
         blocks = to_blocks(x[skip:])  # [n_r, nb - first, 64, D]
         mask = element_mask(blocks, op)
-        if s == 1.0:  # every eligible block, whatever its loss
-            sparse = eligible_blocks(seq_len, cfg.sink_tokens, cfg.window_tokens, x.device)[None, first:]
-        else:
+        sparse = loss_free_selection(seq_len, s, cfg.sink_tokens, cfg.window_tokens, x.device)
+        if sparse is None:
             loss = torch.full((x.shape[1], -(-seq_len // BLOCK_SIZE)), math.inf, device=x.device)
             loss[:, first:] = block_loss(blocks, mask)
-            sparse = select_sparse_blocks(loss, seq_len, s, cfg.sink_tokens, cfg.window_tokens)[:, first:]
+            sparse = select_sparse_blocks(loss, seq_len, s, cfg.sink_tokens, cfg.window_tokens)
+        sparse = sparse[..., first:]
         blocks = torch.where(sparse[..., None, None] & ~mask, torch.zeros((), dtype=x.dtype, device=x.device), blocks)
         return torch.cat((x[:skip], blocks.permute(1, 2, 0, 3).reshape(-1, *x.shape[1:])[:x.shape[0] - skip]))
 

@@ -18,7 +18,7 @@ import math
 
 import torch
 from torch.profiler import record_function
-from hs_kernels import (BLOCK_SIZE, NO_BLOCK, BlockPool, compress_magnitude, eligible_blocks, is_sparse,
+from hs_kernels import (BLOCK_SIZE, NO_BLOCK, BlockPool, compress_magnitude, is_sparse, loss_free_selection,
                         new_index_map, select_sparse_blocks, slot_of)
 from sglang.srt.mem_cache.memory_pool import KVCache
 
@@ -273,19 +273,20 @@ class HSKVPool(KVCache):
         if num_tokens < BLOCK_SIZE or not layers:
             return 0
         pages = locs[:num_tokens:BLOCK_SIZE] // BLOCK_SIZE
-        return sum(self._compress_operand(layers, op, pages, num_tokens) for op in OPERANDS
-                   if self.settings.decode.sparsity(op) > 0.0)
+        sparsities = ((op, self.settings.decode.sparsity(op)) for op in OPERANDS)
+        return sum(self._compress_operand(layers, op, s, pages, num_tokens) for op, s in sparsities if s > 0.0)
 
-    def _compress_operand(self, layers: list[LayerStore], op: str, pages: torch.Tensor, num_tokens: int) -> int:
+    def _compress_operand(self, layers: list[LayerStore], op: str, s: float, pages: torch.Tensor,
+                          num_tokens: int) -> int:
         settings = self.settings
         index_t = torch.cat([layer.index[op][pages].t() for layer in layers])  # [sum of n_r, nb]
         row_starts = torch.tensor([0] + [layer.n_r for layer in layers], device=index_t.device).cumsum(0)
         rows, cols = torch.nonzero(index_t >= 0, as_tuple=True)  # row-major: each layer's dense blocks in a run
         dense_at = torch.searchsorted(rows, row_starts).tolist()
         dense_slots = index_t[rows, cols].long()
-        s = settings.decode.sparsity(op)
-        if s == 1.0:  # every eligible block, whatever its loss: no loss pass
-            chosen = eligible_blocks(num_tokens, settings.sink_tokens, settings.window_tokens, cols.device)[cols]
+        chosen = loss_free_selection(num_tokens, s, settings.sink_tokens, settings.window_tokens, cols.device)
+        if chosen is not None:  # no loss pass
+            chosen = chosen[cols]
         else:
             loss_only = torch.full((rows.numel(),), -1, dtype=torch.int32, device=rows.device)
             loss = torch.zeros(index_t.shape, dtype=torch.float32, device=index_t.device)

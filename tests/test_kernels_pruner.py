@@ -83,6 +83,15 @@ def test_select_exact_fraction_lowest_loss_never_sink_or_window(sparsity, expect
         assert torch.equal(chosen[h, 1:16], eligible <= threshold)
 
 
+@pytest.mark.parametrize("num_tokens", [1280, 1300, 100, 0])
+def test_loss_free_selection_is_the_selection_at_s0_and_s1(num_tokens):
+    loss = torch.rand(3, -(-num_tokens // 64))
+    for s in (0.0, 1.0):
+        free = hk.loss_free_selection(num_tokens, s, 64, 256)
+        assert torch.equal(free.expand_as(loss), hk.select_sparse_blocks(loss, num_tokens, s, 64, 256))
+    assert hk.loss_free_selection(num_tokens, 0.5, 64, 256) is None  # the loss decides
+
+
 def test_select_ties_go_to_lower_block_index():
     loss = torch.ones(2, 12)
     loss[1, 5] = 0.5
