@@ -373,8 +373,8 @@ def triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len: int, s
     ``heads``: query heads of one KV group per tile (``prefill_tiles``). ``densify``: when the prefix has
     2:4 blocks, copy its used blocks into a dense scratch pool first (``triton_prefill.densify_kernel``;
     transient memory: the prefix's K and V, dense) and run the dense variant on it (default
-    ``prefill_densify``); with ``tma`` and 128-key prefix tiles its dense operand is copied too, so that
-    each block pair of either is one bulk copy. ``prefix_n``: keys per tile of a dense prefix (64, or 128: two blocks, at most
+    ``prefill_densify``); with ``tma`` and 128-key prefix tiles any prefix is copied by default, every operand,
+    so that each block pair is one bulk copy at a place known without the index maps. ``prefix_n``: keys per tile of a dense prefix (64, or 128: two blocks, at most
     ``block_m``; default ``prefill_prefix_n``; a prefix with 2:4 blocks, unless densified, takes 64). ``tma``: the
     chunk's keys and values loaded as tensor-descriptor tiles (default ``prefill_tma``). Launch options left None
     take ``prefill_launch``'s defaults for the head_dim."""
@@ -397,14 +397,20 @@ def triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len: int, s
     out = torch.empty_like(q) if out is None else out
     lse = torch.empty(t, h_q, dtype=torch.float32, device=q.device) if lse is None else lse
     used = -(-prefix_len // BLOCK_SIZE)
-    k_mode, v_mode = _entry_kinds(k_index, v_index, used)
     programs = prefill_programs(t, h_q, h_kv, block_m, hg)
-    if densify is None:
-        densify = prefill_densify(programs // h_kv, DENSE | SPARSE in (k_mode, v_mode), h_kv, used, d, q.element_size())
-    densify = densify and bool((k_mode | v_mode) & SPARSE)
-    # under TMA a densified prefix's dense operand is copied too, so that each block pair is one bulk copy (a
-    # dense prefix is not: gathered, it ran no faster than by pointers, kernels/BENCHMARKS.md, tenth session)
-    prefix_tma = tma and densify and prefix_n == 2 * BLOCK_SIZE and prefix_len >= prefix_n
+    tma_pairs = tma and prefix_n == 2 * BLOCK_SIZE and prefix_len >= prefix_n
+    if densify is not False and tma_pairs and 2 * h_kv * used * BLOCK_SIZE * d * q.element_size() <= DENSIFY_MAX_BYTES:
+        # copied whole whatever its blocks, so that each pair is one bulk copy at a known place (dense prefixes too:
+        # 4 x 8K chunked on the H200, 19.18 -> 16.40 ms, kernels/BENCHMARKS.md, eleventh session); the pools say
+        # which loads the copy needs, so no host sync for the entries' kinds
+        densify, k_mode, v_mode = True, _pool_kinds(k_pool), _pool_kinds(v_pool)
+    else:
+        k_mode, v_mode = _entry_kinds(k_index, v_index, used)
+        if densify is None:
+            densify = prefill_densify(programs // h_kv, DENSE | SPARSE in (k_mode, v_mode), h_kv, used, d,
+                                      q.element_size())
+        densify = densify and bool((k_mode | v_mode) & SPARSE or tma_pairs)  # dense: only to be read as TMA pairs
+    prefix_tma = densify and tma_pairs
     if densify:
         k_pool, v_pool, k_index, v_index = _densified(k_pool, v_pool, k_index, v_index, used, k_mode, v_mode, q.is_cuda,
                                                       every=prefix_tma)

@@ -16,7 +16,7 @@ The chunk's own keys come dense from ``k``/``v`` (the serving backend passes the
 ``TMA`` these are tensor descriptors ``[T, H_KV * D]`` of ``CHUNK_N x D`` tiles (Hopper's bulk copies).
 With ``PREFIX_TMA`` the prefix was densified whole, in per-head order (``densify_kernel`` with ``ALL``: a
 block pair of one head is 128 adjacent rows) and ``k_tiles``/``v_tiles`` are descriptors of that copy's 128 x D
-tiles, so a pair is one bulk copy, addressed by its first entry (else they are None).
+tiles, so a pair is one bulk copy at a position known without reading the index maps (else they are None).
 With ``SPLIT`` the prefix blocks are divided among the programs of grid axis 2 (``per_split``
 blocks each; the last one also takes the partial block and the chunk) and each writes its
 normalised partial output and log-sum-exp for ``triton_decode.combine_kernel``: a short chunk
@@ -113,9 +113,10 @@ def prefill_kernel(q_ptr, k_ptr, v_ptr, k_dense, k_vals, k_meta, v_dense, v_vals
         low_block = ptok < BS
         pair_off = (ptok % BS)[:, None] * D + cols[None, :]
         for j in range(lo, lo + (hi - lo) // 2 * 2, 2):
-            if PREFIX_TMA:
-                k = k_tiles.load([tl.load(k_index + index_row + j) * BS, 0])
-                v = v_tiles.load([tl.load(v_index + index_row + j) * BS, 0])
+            if PREFIX_TMA:  # the copy holds block j of KV head hk at slot hk * (prefix blocks) + j: no index load
+                row0 = (hk * tl.cdiv(prefix_len, BS) + j) * BS
+                k = k_tiles.load([row0, 0])
+                v = v_tiles.load([row0, 0])
             else:
                 ke = tl.where(low_block, tl.load(k_index + index_row + j), tl.load(k_index + index_row + j + 1))
                 ve = tl.where(low_block, tl.load(v_index + index_row + j), tl.load(v_index + index_row + j + 1))

@@ -78,14 +78,17 @@ CASES = [
     (16, 2, 64, torch.bfloat16, 200, 130, 0.5, 0.5, {"tma": True, "chunk_n": 128}),
     (32, 8, 128, torch.bfloat16, 300, 500, 0.5, 0.5, {"tma": True, "densify": False}),
     (28, 4, 128, torch.bfloat16, 50, 200, 0.0, 0.0, {"tma": True}),
-    # long chunks (TMA, 128-key chunk tiles after a prefix by default) after a dense prefix (pairs by pointers)
-    # and after a densified one (pairs as descriptor tiles, the dense operand copied too): an odd split, a
-    # partial block, d 64
+    # long chunks (TMA, 128-key chunk tiles after a prefix by default) after a prefix copied whole, dense or 2:4
+    # (pairs as descriptor tiles at computed places): an odd split, a partial block, d 64
     (32, 8, 128, torch.bfloat16, 1100, 3000, 0.0, 0.0, {}),
     (32, 8, 128, torch.bfloat16, 1100, 2900, 0.5, 0.5, {"splits": 2}),
     (16, 2, 64, torch.float16, 1030, 700, 1.0, 1.0, {}),
     (32, 8, 128, torch.bfloat16, 1100, 3000, 0.0, 1.0, {}),
     (32, 8, 128, torch.bfloat16, 1100, 3000, 1.0, 0.0, {"chunk_n": 64}),
+    # the same after a dense prefix read in place (pairs by pointers through the index maps)
+    (32, 8, 128, torch.bfloat16, 1100, 2900, 0.0, 0.0, {"densify": False}),
+    (16, 2, 64, torch.bfloat16, 1030, 3000, 0.0, 0.0, {"densify": False, "splits": 3}),
+    (16, 2, 64, torch.bfloat16, 1030, 3000, 0.0, 0.0, {"splits": 3}),
 ]
 
 
@@ -134,13 +137,14 @@ def test_only_short_chunks_are_split():
     assert gpu.prefill_splits(32, 20, cuda) == 1  # a short prefix: not worth a merge
 
 
-def test_long_chunks_densify_a_sparse_prefix(monkeypatch):
+def test_long_chunks_copy_their_prefix_dense(monkeypatch):
     """By default a chunk whose programs read each prefix block many times copies a 2:4 prefix dense
-    first (from ``gpu.TMA_MIN_TOKENS``, TMA, its dense operand too); a dense prefix or a short question is not."""
+    first (from ``gpu.TMA_MIN_TOKENS``, TMA, its dense operand too), and a dense prefix too from there (to be read
+    as TMA pairs); a short question's prefix is not copied."""
     calls = []
     densified = gpu._densified
     monkeypatch.setattr(gpu, "_densified", lambda *a, **kw: calls.append(kw.get("every", False)) or densified(*a, **kw))
-    for t, p, expect in ((1000, 0.5, [False]), (1100, 0.5, [True]), (1100, 0.0, []), (64, 0.5, [])):
+    for t, p, expect in ((1000, 0.5, [False]), (1100, 0.5, [True]), (1100, 0.0, [True]), (1000, 0.0, []), (64, 0.5, [])):
         calls.clear()
         k_pool, v_pool, k_index, v_index, q, k, v, scale = prefill_inputs(32, 8, 128, torch.bfloat16, t, 3000, p, p)
         out, _ = gpu.triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, 3000, scale)
