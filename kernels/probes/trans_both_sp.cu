@@ -1,0 +1,235 @@
+// Probe: the Trans-Both inner loop of the paper's prefill on Hopper's sparse tensor cores (wgmma.sp), in its
+// simplest form, to see what it reaches before any FA3-style engineering. A query tile attends to a prefix of
+// 64-token blocks that are all 2:4 for K and V (hs_kernels.format pools, through the index maps), no mask:
+//   S^T [64 keys, 64 rows] = K . Q^T       A = the K block's values [64, 64] (2:4 along d), 4 x wgmma.sp m64n64k32
+//   O^T [128, 64 rows]   += V^T . P^T      A = the V block's values [128, 32] (2:4 along keys), 2 x 2 x m64n64k32
+// One warpgroup per CTA; a tile's 64 rows are 16 tokens x the 4 query heads of one KV head (d 128, G 4: Llama's
+// attention). The softmax runs along the keys, S^T's M axis: each warp reduces its 16 keys by shuffles, the four
+// warps' maxima meet in shared memory; P^T goes through shared memory as the second GEMM's B operand. Blocks are
+// double-buffered by cp.async; no warp specialization, no TMA: several CTAs per SM overlap each other's phases.
+// Layouts as measured by kernels/probes/wgmma_sp_layout.cu and wgmma_tile_layout.cu (kernels/NOTES_GPU.md).
+// Driven by kernels/probes/trans_both_sp.py (reference check and timing).
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <cstdint>
+
+namespace {
+
+constexpr int BS = 64, D = 128, ROWS = 64, TOKENS = 16, G = 4;
+// shared memory (bytes): 128B-swizzled operands 1024-aligned first
+constexpr int Q_OFF = 0;                     // Q^T as B: [64 rows, 128 d], two 64-element atoms along d
+constexpr int P_OFF = Q_OFF + ROWS * D * 2;  // P^T as B: [64 rows, 64 keys], one atom
+constexpr int STAGE_OFF = P_OFF + ROWS * BS * 2;
+constexpr int KV_BYTES = BS * D, VV_BYTES = D * BS, KM_BYTES = BS * D / 8, VM_BYTES = D * BS / 8;  // per block
+constexpr int STAGE_BYTES = KV_BYTES + VV_BYTES + KM_BYTES + VM_BYTES;  // 18 KB, a multiple of 1024
+constexpr int RED_OFF = STAGE_OFF + 2 * STAGE_BYTES;
+constexpr int SMEM = RED_OFF + 4 * ROWS * 4;
+
+__device__ __forceinline__ int sw128(int row, int chunk) { return row * 128 + ((chunk ^ (row % 8)) * 16); }
+
+__device__ __forceinline__ uint64_t desc(uint32_t addr, int lbo, int sbo, int swizzle) {
+    return ((uint64_t)(addr & 0x3FFFF) >> 4) | (uint64_t(lbo >> 4) << 16) | (uint64_t(sbo >> 4) << 32) |
+           (uint64_t(swizzle) << 62);
+}
+
+__device__ __forceinline__ void cp16(uint32_t dst, const void* src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src));
+}
+
+__device__ __forceinline__ uint32_t meta_reg(uint32_t lo, uint32_t hi, int t) {
+    uint32_t r;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(lo), "r"(hi), "r"((t & 1) ? 0x7632 : 0x5410));
+    return r;
+}
+
+__device__ __forceinline__ void wgmma_sp(float (&d)[32], uint64_t a, uint64_t b, uint32_t e) {
+    asm volatile(
+        "wgmma.mma_async.sp.sync.aligned.m64n64k32.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, "
+        "%12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, "
+        "%33, %34, 0, 1, 1, 1, 0, 0;"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+          "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
+          "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+          "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(a), "l"(b), "r"(e));
+}
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_wait() {
+    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+}
+__device__ __forceinline__ void async_proxy_fence() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+
+// block `entry` (sparse: ~slot) of K and V into a stage: K values 128B-swizzled, V^T values in unswizzled core
+// matrices (8 rows x 16 B, K-direction cores 128 B apart, 8-row groups 512 B apart), metadata words as stored
+__device__ __forceinline__ void stage_block(uint8_t* stage, int k_entry, int v_entry, const uint16_t* k_vals,
+                                            const uint32_t* k_meta, const uint16_t* v_vals, const uint32_t* v_meta) {
+    const int tid = threadIdx.x;
+    const size_t ks = (size_t)(~k_entry), vs = (size_t)(~v_entry);
+    const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(stage));
+    const uint8_t* kv = reinterpret_cast<const uint8_t*>(k_vals + ks * BS * D / 2);
+    const uint8_t* vv = reinterpret_cast<const uint8_t*>(v_vals + vs * D * BS / 2);
+    for (int u = tid; u < KV_BYTES / 16; u += 128) cp16(base + sw128(u / 8, u % 8), kv + 16 * u);  // 64 rows x 8
+    for (int u = tid; u < VV_BYTES / 16; u += 128)  // 128 rows x 4 chunks
+        cp16(base + KV_BYTES + (u / 4 / 8) * 512 + (u % 4) * 128 + (u / 4 % 8) * 16, vv + 16 * u);
+    const uint8_t* km = reinterpret_cast<const uint8_t*>(k_meta + ks * BS * D / 32);
+    const uint8_t* vm = reinterpret_cast<const uint8_t*>(v_meta + vs * D * BS / 32);
+    for (int u = tid; u < KM_BYTES / 16; u += 128) cp16(base + KV_BYTES + VV_BYTES + 16 * u, km + 16 * u);
+    for (int u = tid; u < VM_BYTES / 16; u += 128) cp16(base + KV_BYTES + VV_BYTES + KM_BYTES + 16 * u, vm + 16 * u);
+    asm volatile("cp.async.commit_group;");
+}
+
+// q [t, h_q, 128] bf16; out [t, h_q, 128] float32, lse [t, h_q]; index maps [h_kv, nb], every entry sparse
+__global__ void __launch_bounds__(128) trans_both_sp(
+    const __nv_bfloat16* __restrict__ q, const uint16_t* __restrict__ k_vals, const uint32_t* __restrict__ k_meta,
+    const uint16_t* __restrict__ v_vals, const uint32_t* __restrict__ v_meta, const int32_t* __restrict__ k_index,
+    const int32_t* __restrict__ v_index, float* __restrict__ out, float* __restrict__ lse, int t_len, int nb,
+    float scale_log2) {
+    extern __shared__ __align__(1024) uint8_t smem[];
+    const int tid = threadIdx.x, w = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+    const int tile = blockIdx.x, hk = blockIdx.y, h_q = gridDim.y * G;
+    const uint32_t sbase = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+    float* red = reinterpret_cast<float*>(smem + RED_OFF);  // [4 warps][64 rows]
+
+    // Q^T: row r = token 16 tile + r / 4, head 4 hk + r % 4; 16 chunks of 8 d per row, two atoms
+    for (int u = tid; u < ROWS * 16; u += 128) {
+        const int r = u / 16, c = u % 16, token = tile * TOKENS + r / G;
+        uint4 x = make_uint4(0, 0, 0, 0);
+        if (token < t_len) x = *reinterpret_cast<const uint4*>(q + ((size_t)token * h_q + hk * G + r % G) * D + 8 * c);
+        *reinterpret_cast<uint4*>(smem + Q_OFF + (c / 8) * ROWS * 128 + sw128(r, c % 8)) = x;
+    }
+    const int32_t* ki = k_index + (size_t)hk * nb;
+    const int32_t* vi = v_index + (size_t)hk * nb;
+    if (nb > 0) stage_block(smem + STAGE_OFF, ki[0], vi[0], k_vals, k_meta, v_vals, v_meta);
+
+    // fragments (m64n64): element 4 j + i is row 16 w + g (+ 8 for i >= 2), column 8 j + 2 t + i % 2
+    float o[2][32] = {}, m[16], l[16];
+    #pragma unroll
+    for (int i = 0; i < 16; i++) m[i] = -INFINITY, l[i] = 0.f;
+
+    for (int j = 0; j < nb; j++) {
+        uint8_t* stage = smem + STAGE_OFF + (j & 1) * STAGE_BYTES;
+        const uint32_t st = sbase + STAGE_OFF + (j & 1) * STAGE_BYTES;
+        if (j + 1 < nb) {
+            stage_block(smem + STAGE_OFF + ((j + 1) & 1) * STAGE_BYTES, ki[j + 1], vi[j + 1], k_vals, k_meta, v_vals, v_meta);
+            asm volatile("cp.async.wait_group 1;" ::: "memory");
+        } else {
+            asm volatile("cp.async.wait_group 0;" ::: "memory");
+        }
+        async_proxy_fence();  // this thread's copies (and the Q^T stores), then everyone's, before wgmma reads them
+        __syncthreads();
+        const uint32_t* km = reinterpret_cast<const uint32_t*>(stage + KV_BYTES + VV_BYTES);
+        const uint32_t* vm = reinterpret_cast<const uint32_t*>(stage + KV_BYTES + VV_BYTES + KM_BYTES);
+
+        float s[32];
+        #pragma unroll
+        for (int i = 0; i < 32; i++) s[i] = 0.f;
+        wgmma_fence();
+        #pragma unroll
+        for (int k = 0; k < 4; k++) {  // d 32 k .. 32 k + 31
+            const uint32_t e = meta_reg(km[(16 * w + g) * 4 + k], km[(16 * w + g + 8) * 4 + k], t);
+            wgmma_sp(s, desc(st + 32 * k, 16, 1024, 1),
+                     desc(sbase + Q_OFF + (k / 2) * ROWS * 128 + 64 * (k % 2), 16, 1024, 1), e);
+        }
+        wgmma_wait();
+
+        // column (query row) maxima over this block's 64 keys
+        float mx[16];
+        #pragma unroll
+        for (int c = 0; c < 16; c++) {
+            const int i = 4 * (c / 2) + c % 2;
+            float x = fmaxf(s[i], s[i + 2]);
+            #pragma unroll
+            for (int o_ = 4; o_ < 32; o_ <<= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o_));
+            mx[c] = x;
+        }
+        if (g == 0) {
+            #pragma unroll
+            for (int c = 0; c < 16; c++) red[w * ROWS + 8 * (c / 2) + 2 * t + c % 2] = mx[c];
+        }
+        __syncthreads();
+        uint16_t* p_s = reinterpret_cast<uint16_t*>(smem + P_OFF);
+        #pragma unroll
+        for (int c = 0; c < 16; c++) {
+            const int col = 8 * (c / 2) + 2 * t + c % 2, i = 4 * (c / 2) + c % 2;
+            const float bm = fmaxf(fmaxf(red[col], red[ROWS + col]), fmaxf(red[2 * ROWS + col], red[3 * ROWS + col]));
+            const float m_new = fmaxf(m[c], bm * scale_log2);
+            const float alpha = exp2f(m[c] - m_new);
+            m[c] = m_new;
+            const float p0 = exp2f(s[i] * scale_log2 - m_new), p1 = exp2f(s[i + 2] * scale_log2 - m_new);
+            l[c] = l[c] * alpha + p0 + p1;
+            #pragma unroll
+            for (int mt = 0; mt < 2; mt++) o[mt][i] *= alpha, o[mt][i + 2] *= alpha;
+            // P^T [row col, key]: keys 16 w + g and + 8, one 128B-swizzled atom
+            const int k0 = 16 * w + g, k1 = k0 + 8;
+            p_s[(col * 128 + (((k0 / 8) ^ (col % 8)) * 16) + (k0 % 8) * 2) / 2] = __bfloat16_as_ushort(__float2bfloat16_rn(p0));
+            p_s[(col * 128 + (((k1 / 8) ^ (col % 8)) * 16) + (k1 % 8) * 2) / 2] = __bfloat16_as_ushort(__float2bfloat16_rn(p1));
+        }
+        async_proxy_fence();
+        __syncthreads();
+
+        wgmma_fence();
+        #pragma unroll
+        for (int mt = 0; mt < 2; mt++)
+            #pragma unroll
+            for (int kk = 0; kk < 2; kk++) {  // d rows 64 mt .., keys 32 kk ..
+                const int r0 = 64 * mt + 16 * w + g;
+                const uint32_t e = meta_reg(vm[r0 * 2 + kk], vm[(r0 + 8) * 2 + kk], t);
+                wgmma_sp(o[mt], desc(st + KV_BYTES + mt * 8 * 512 + kk * 256, 128, 512, 0),
+                         desc(sbase + P_OFF + 64 * kk, 16, 1024, 1), e);
+            }
+        wgmma_wait();
+        __syncthreads();  // this stage and P^T are free for the next block
+    }
+
+    // l: this thread's keys -> all keys (lanes of a warp, then the four warps)
+    #pragma unroll
+    for (int c = 0; c < 16; c++)
+        #pragma unroll
+        for (int o_ = 4; o_ < 32; o_ <<= 1) l[c] += __shfl_xor_sync(0xffffffffu, l[c], o_);
+    if (g == 0) {
+        #pragma unroll
+        for (int c = 0; c < 16; c++) red[w * ROWS + 8 * (c / 2) + 2 * t + c % 2] = l[c];
+    }
+    __syncthreads();
+    #pragma unroll
+    for (int c = 0; c < 16; c++) {
+        const int col = 8 * (c / 2) + 2 * t + c % 2, i = 4 * (c / 2) + c % 2;
+        const float total = red[col] + red[ROWS + col] + red[2 * ROWS + col] + red[3 * ROWS + col];
+        const int token = tile * TOKENS + col / G;
+        if (token >= t_len) continue;
+        const size_t row = (size_t)token * h_q + hk * G + col % G;
+        const float inv = 1.f / total;
+        #pragma unroll
+        for (int mt = 0; mt < 2; mt++) {
+            out[row * D + 64 * mt + 16 * w + g] = o[mt][i] * inv;
+            out[row * D + 64 * mt + 16 * w + g + 8] = o[mt][i + 2] * inv;
+        }
+        if (w == 0 && g == 0) lse[row] = (m[c] + log2f(total)) * 0.6931471805599453f;
+    }
+}
+
+}  // namespace
+
+// 0 on success, else a cudaError_t
+extern "C" int trans_both_sp_launch(const void* q, const void* k_vals, const void* k_meta, const void* v_vals,
+                                    const void* v_meta, const int32_t* k_index, const int32_t* v_index, float* out,
+                                    float* lse, int t_len, int h_kv, int nb, float scale_log2, void* stream) {
+    static const cudaError_t attr = cudaFuncSetAttribute(trans_both_sp, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM);
+    if (attr != cudaSuccess) return attr;
+    const dim3 grid((t_len + TOKENS - 1) / TOKENS, h_kv);
+    trans_both_sp<<<grid, 128, SMEM, static_cast<cudaStream_t>(stream)>>>(
+        static_cast<const __nv_bfloat16*>(q), static_cast<const uint16_t*>(k_vals), static_cast<const uint32_t*>(k_meta),
+        static_cast<const uint16_t*>(v_vals), static_cast<const uint32_t*>(v_meta), k_index, v_index, out, lse, t_len,
+        nb, scale_log2);
+    return cudaGetLastError();
+}
+
+extern "C" int trans_both_sp_resident() {
+    int n = 0;
+    if (cudaFuncSetAttribute(trans_both_sp, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM) != cudaSuccess ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, trans_both_sp, 128, SMEM) != cudaSuccess)
+        return -1;
+    return n;
+}
