@@ -224,12 +224,13 @@ def bench_triton(q, k, v, chunk: int, configs, add, ref_out) -> None:
         out, _ = one()
         err = rel_err(out, ref_out)
         add(f"Triton one shot, dense {tag}", timeit(one), f"rel.err vs cuDNN {err:.1e}")
-        # densify None: the default (prefill_densify); False: each program unpacks the 2:4 blocks itself;
+        # densify None: the default (the prefix copied whole under TMA pairs, else prefill_densify); False: read in
+        # place (a dense prefix by pointer pairs through the index maps, 2:4 blocks unpacked by each program);
         # prefix_n None: the default (prefill_prefix_n); 64: a dense (or densified) prefix one block per key tile
         runs = [(s, False, None, None) for s in BENCH_S] + [
-            ((0.5, 0.5), True, False, None), ((1, 1), False, False, None), ((0, 1), False, False, None),
-            ((0.5, 0.5), False, False, None), ((0, 0), False, None, 64), ((1, 1), False, None, 64),
-            ((0.5, 0.5), False, None, 64)]
+            ((0, 0), False, False, None), ((0.5, 0.5), True, False, None), ((1, 1), False, False, None),
+            ((0, 1), False, False, None), ((0.5, 0.5), False, False, None), ((0, 0), False, None, 64),
+            ((1, 1), False, None, 64), ((0.5, 0.5), False, None, 64)]
         for (sk, sv), select, densify, prefix_n in runs:
             if prefix_n == 64 and gpu.prefill_prefix_n(block_m) == 64:
                 continue
@@ -243,7 +244,7 @@ def bench_triton(q, k, v, chunk: int, configs, add, ref_out) -> None:
                                           prefix_n=prefix_n)
 
             kinds = gpu._entry_kinds(k_idx, v_idx, k_idx.shape[1])
-            how = (" select" if select else (" not densified" if densify is False else "")) + (
+            how = (" select" if select else (" read in place" if densify is False else "")) + (
                 f" {prefix_n}-key prefix tiles" if prefix_n else "")
             add(f"Triton chunked {chunk}, S_K={sk} S_V={sv}, kernel {kinds}{how} {tag}", timeit(chunked))
             del k_pool, v_pool
