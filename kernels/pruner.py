@@ -121,10 +121,15 @@ def eligible_blocks(num_tokens: int, sink_tokens: int, window_tokens: int, devic
     return (start >= sink_tokens) & (end <= num_tokens - window_tokens) & (end <= num_tokens)
 
 
+def eligible_range(num_tokens: int, sink_tokens: int, window_tokens: int) -> tuple[int, int]:
+    """``(first, stop)``: ``eligible_blocks(...)`` is True exactly at blocks ``first <= j < stop`` (none when
+    ``stop <= first``), computed on the host (no device sync)."""
+    return -(-sink_tokens // BLOCK_SIZE), min((num_tokens - window_tokens) // BLOCK_SIZE, num_tokens // BLOCK_SIZE)
+
+
 def num_eligible_blocks(num_tokens: int, sink_tokens: int, window_tokens: int) -> int:
     """``int(eligible_blocks(...).sum())`` computed on the host (no device sync)."""
-    first = -(-sink_tokens // BLOCK_SIZE)
-    stop = min((num_tokens - window_tokens) // BLOCK_SIZE, num_tokens // BLOCK_SIZE)
+    first, stop = eligible_range(num_tokens, sink_tokens, window_tokens)
     return max(0, stop - first)
 
 

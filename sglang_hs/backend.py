@@ -22,6 +22,7 @@ from hs_kernels import (
     block_loss,
     decode_attention,
     element_mask,
+    eligible_range,
     loss_free_selection,
     prefill_attention,
     select_sparse_blocks,
@@ -165,7 +166,8 @@ class HSAttnBackend(AttentionBackend):
         s = cfg.sparsity(op)
         first = -(-prefix_len // BLOCK_SIZE)  # first block wholly in the chunk
         skip = first * BLOCK_SIZE - prefix_len  # the chunk's tokens in the prefix's last block
-        if s == 0.0 or seq_len < BLOCK_SIZE or skip >= x.shape[0]:
+        no_candidate = eligible_range(seq_len, cfg.sink_tokens, cfg.window_tokens)[1] <= first  # e.g. a question
+        if s == 0.0 or seq_len < BLOCK_SIZE or skip >= x.shape[0] or no_candidate:
             return x
         blocks = to_blocks(x[skip:])  # [n_r, nb - first, 64, D]
         mask = element_mask(blocks, op)

@@ -60,13 +60,16 @@ def test_eligible_blocks_sink_window_partial():
     assert not hk.eligible_blocks(300, 64, 256).any()
 
 
-def test_num_eligible_blocks_counts_eligible_blocks():
+def test_num_eligible_blocks_and_eligible_range_match_eligible_blocks():
     from hs_kernels.pruner import num_eligible_blocks
 
     for n in (0, 1, 63, 64, 65, 300, 1000, 1280, 1300, 4097):
         for sink in (0, 1, 64, 100, 128):
             for window in (0, 1, 64, 100, 256):
-                assert num_eligible_blocks(n, sink, window) == int(hk.eligible_blocks(n, sink, window).sum()), (n, sink, window)
+                eligible = hk.eligible_blocks(n, sink, window)
+                assert num_eligible_blocks(n, sink, window) == int(eligible.sum()), (n, sink, window)
+                first, stop = hk.eligible_range(n, sink, window)
+                assert torch.equal(eligible, (torch.arange(eligible.numel()) >= first) & (torch.arange(eligible.numel()) < stop))
 
 
 @pytest.mark.parametrize("sparsity, expected", [(0.0, 0), (0.5, 8), (0.2, 3), (1 / 3, 5), (1.0, 15)])

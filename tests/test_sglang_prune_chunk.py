@@ -36,3 +36,17 @@ def test_prune_chunk_equals_its_definition(s, prefix, t):
         x = torch.randn(t, 3, 64, generator=gen)
         got = backend._prune_chunk(x, op, prefix, prefix + t)
         assert torch.equal(got, defined(x, op, prefix, backend.settings.prefill))
+
+
+def test_a_chunk_without_candidate_blocks_is_returned_as_is(monkeypatch):
+    """A question inside the window (or a chunk whose blocks are all sink / window) has nothing to prune: the
+    chunk comes back untouched, without the per-block work (no mask is computed)."""
+    backend = HSAttnBackend.__new__(HSAttnBackend)
+    backend.settings = NS(prefill=hk.SparsityConfig(1.0, 1.0, 64, 256))
+    masks = []
+    monkeypatch.setattr("sglang_hs.backend.element_mask", lambda *a: masks.append(1) or hk.element_mask(*a))
+    x = torch.randn(64, 3, 64)
+    assert backend._prune_chunk(x, "v", 4096, 4096 + 64) is x and masks == []  # a question after 4K
+    assert backend._prune_chunk(x, "v", 0, 64) is x and masks == []  # the sink block alone
+    long = torch.randn(640, 3, 64)  # its first 6 blocks are candidates: pruned
+    assert not torch.equal(backend._prune_chunk(long, "v", 4096, 4096 + 640), long) and masks == [1]
