@@ -11,15 +11,7 @@
 //   halves of lo and hi, t = 1, 3 their high halves (what mma.sp m16n8k32 takes, kernels/probes/mma_sp_layout.cu);
 //   H2, H3: the same with lanes paired (0, 1) / (2, 3) instead of (0, 2) / (1, 3).
 //   nvcc -gencode arch=compute_90a,code=sm_90a -o /tmp/wgmma_sp_layout kernels/probes/wgmma_sp_layout.cu && /tmp/wgmma_sp_layout
-#include <cmath>
-#include <cstdint>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-
-constexpr int M = 64, N = 8;
-
-static uint16_t to_bf16(float f) { uint32_t u; memcpy(&u, &f, 4); return (uint16_t)(u >> 16); }  // exact for small ints
+#include "wgmma_probe.h"
 
 // byte offset of element (row, k) of an operand whose core matrices are `k_stride` / `row_stride` bytes apart
 __host__ __device__ int offset(int row, int k, int k_stride, int row_stride) {
@@ -62,85 +54,39 @@ __global__ void probe(const uint16_t* a, int ka, const uint16_t* b, int kb, cons
                      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]) : "l"(da), "l"(db));
     asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
     asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-    // D fragment: rows 16 w + g (c[0], c[1]) and + 8 (c[2], c[3]), columns 2 t, 2 t + 1
-    const int r = 16 * w + g;
-    d[r * N + 2 * t] = c[0];
-    d[r * N + 2 * t + 1] = c[1];
-    d[(r + 8) * N + 2 * t] = c[2];
-    d[(r + 8) * N + 2 * t + 1] = c[3];
-}
-
-template <typename T>
-static T* to_device(const T* x, size_t n) {
-    T* p;
-    cudaMalloc(&p, n * sizeof(T));
-    cudaMemcpy(p, x, n * sizeof(T), cudaMemcpyHostToDevice);
-    return p;
+    store_d(d, c);
 }
 
 static float run(const uint16_t* a, int ka, const uint16_t* b, int kb, const uint32_t* words, const float* ref,
                  bool sparse, bool k_in_lbo, int h) {
     uint16_t *da = to_device(a, M * ka), *db = to_device(b, N * kb);
     uint32_t* dw = to_device(words, M);
-    float* dd;
-    cudaMalloc(&dd, M * N * sizeof(float));
-    cudaMemset(dd, 0xFF, M * N * sizeof(float));  // NaN: an unwritten element fails
-    probe<<<1, 128>>>(da, ka, db, kb, dw, dd, sparse, k_in_lbo, h);
-    float out[M * N];
-    const cudaError_t err = cudaMemcpy(out, dd, sizeof(out), cudaMemcpyDeviceToHost);
-    cudaFree(da), cudaFree(db), cudaFree(dw), cudaFree(dd);
-    if (err != cudaSuccess) {
-        printf("CUDA error: %s\n", cudaGetErrorString(err));
-        exit(1);
-    }
-    float worst = 0.f;
-    for (int i = 0; i < M * N; i++) worst = std::isnan(out[i]) ? INFINITY : fmaxf(worst, fabsf(out[i] - ref[i]));
-    return worst;
+    float* d = new_output();
+    probe<<<1, 128>>>(da, ka, db, kb, dw, d, sparse, k_in_lbo, h);
+    const float x = worst(d, ref);
+    cudaFree(da), cudaFree(db), cudaFree(dw);
+    return x;
 }
 
 int main() {
-    const int pairs[6][2] = {{0, 1}, {0, 2}, {0, 3}, {1, 2}, {1, 3}, {2, 3}};
     srand(11);
-    // dense: A [64, 16], B [8, 16]
     static float A[M][32], B[N][32], ref[M * N];
-    static uint16_t a16[M * 16], b16[N * 32], vals[M * 16];
+    static uint16_t a16[M * 16], b16[N * 32], b_dense[N * 16], vals[M * 16];
     static uint32_t words[M];
+    // dense: A [64, 16], B [8, 16] (the first 16 of B's 32 columns)
     for (int r = 0; r < M; r++)
-        for (int k = 0; k < 16; k++) A[r][k] = (float)(rand() % 7 - 3), a16[r * 16 + k] = to_bf16(A[r][k]);
+        for (int k = 0; k < 16; k++) A[r][k] = small_int(), a16[r * 16 + k] = to_bf16(A[r][k]);
     for (int n = 0; n < N; n++)
-        for (int k = 0; k < 32; k++) B[n][k] = (float)(rand() % 7 - 3), b16[n * 32 + k] = to_bf16(B[n][k]);
-    static uint16_t b_dense[N * 16];
+        for (int k = 0; k < 32; k++) B[n][k] = small_int(), b16[n * 32 + k] = to_bf16(B[n][k]);
     for (int n = 0; n < N; n++)
         for (int k = 0; k < 16; k++) b_dense[n * 16 + k] = b16[n * 32 + k];
-    for (int r = 0; r < M; r++)
-        for (int n = 0; n < N; n++) {
-            float s = 0.f;
-            for (int k = 0; k < 16; k++) s += A[r][k] * B[n][k];
-            ref[r * N + n] = s;
-        }
+    reference(&A[0][0], 32, &B[0][0], 32, 16, ref);
     for (int lbo = 1; lbo >= 0; lbo--)
         printf("dense  m64n8k16, K in %s: max |D - ref| %g\n", lbo ? "LBO" : "SBO",
                run(a16, 16, b_dense, 16, words, ref, false, lbo, 0));
-    // sparse: logical A [64, 32] with 2 kept per group of 4, values [64, 16], row words of nibbles
-    for (int r = 0; r < M; r++) {
-        words[r] = 0;
-        for (int j = 0; j < 8; j++) {
-            const int* p = pairs[rand() % 6];
-            for (int i = 0; i < 4; i++) A[r][4 * j + i] = 0.f;
-            for (int i = 0; i < 2; i++) {
-                const float v = (float)(rand() % 7 - 3);
-                A[r][4 * j + p[i]] = v;
-                vals[r * 16 + 2 * j + i] = to_bf16(v);
-            }
-            words[r] |= (uint32_t)(p[0] | p[1] << 2) << (4 * j);
-        }
-    }
-    for (int r = 0; r < M; r++)
-        for (int n = 0; n < N; n++) {
-            float s = 0.f;
-            for (int k = 0; k < 32; k++) s += A[r][k] * B[n][k];
-            ref[r * N + n] = s;
-        }
+    // sparse: logical A [64, 32] with 2 kept per group of 4, values [64, 16], one word of nibbles per row
+    for (int r = 0; r < M; r++) random_24_row(A[r], vals + r * 16, words + r, 8);
+    reference(&A[0][0], 32, &B[0][0], 32, 32, ref);
     for (int lbo = 1; lbo >= 0; lbo--)
         for (int h = 0; h < 4; h++)
             printf("sparse m64n8k32, K in %s, H%d: max |D - ref| %g\n", lbo ? "LBO" : "SBO", h,

@@ -10,15 +10,7 @@
 //     elements (16 B) 128 B each; layout "M cores adjacent" (M stride 128 B, K stride 1024 B) or "K cores
 //     adjacent" (K stride 128 B, M stride 256 B), each with the two strides in (LBO, SBO) either way round.
 //   nvcc -gencode arch=compute_90a,code=sm_90a -o /tmp/wgmma_tile_layout kernels/probes/wgmma_tile_layout.cu && /tmp/wgmma_tile_layout
-#include <cmath>
-#include <cstdint>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-
-constexpr int M = 64, N = 8;
-
-static uint16_t to_bf16(float f) { uint32_t u; memcpy(&u, &f, 4); return (uint16_t)(u >> 16); }  // exact for small ints
+#include "wgmma_probe.h"
 
 // 128-byte swizzle, K-major: byte offset of element (row, k) of an operand of `rows` rows
 __host__ __device__ int sw128(int row, int k, int rows) {
@@ -34,14 +26,6 @@ __host__ __device__ int mn_major(int m, int k, int m_stride, int k_stride) {
 __device__ uint64_t descriptor(uint32_t addr, int lbo, int sbo, int swizzle) {
     return ((uint64_t)(addr & 0x3FFFF) >> 4) | (uint64_t(lbo >> 4) << 16) | (uint64_t(sbo >> 4) << 32) |
            (uint64_t(swizzle) << 62);
-}
-
-__device__ void store_d(float* d, const float (&c)[4]) {
-    const int tid = threadIdx.x, w = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4, r = 16 * w + g;
-    d[r * N + 2 * t] = c[0];
-    d[r * N + 2 * t + 1] = c[1];
-    d[(r + 8) * N + 2 * t] = c[2];
-    d[(r + 8) * N + 2 * t + 1] = c[3];
 }
 
 // case 1: a [64, 64] (dense A, or the 2:4 A's values), b [8, kb] (kb 64 dense, 128 sparse), words [64, 4]
@@ -96,96 +80,44 @@ __global__ void transposed(const uint16_t* at, const uint16_t* b, float* d, int 
     store_d(d, c);
 }
 
-template <typename T>
-static T* to_device(const T* x, size_t n) {
-    T* p;
-    cudaMalloc(&p, n * sizeof(T));
-    cudaMemcpy(p, x, n * sizeof(T), cudaMemcpyHostToDevice);
-    return p;
-}
-
-static float* new_output() {
-    float* d;
-    cudaMalloc(&d, M * N * sizeof(float));
-    cudaMemset(d, 0xFF, M * N * sizeof(float));  // NaN: an unwritten element fails
-    return d;
-}
-
-static float worst(float* d, const float* ref) {
-    float out[M * N];
-    const cudaError_t err = cudaMemcpy(out, d, sizeof(out), cudaMemcpyDeviceToHost);
-    cudaFree(d);
-    if (err != cudaSuccess) {
-        printf("CUDA error: %s\n", cudaGetErrorString(err));
-        exit(1);
-    }
-    float x = 0.f;
-    for (int i = 0; i < M * N; i++) x = std::isnan(out[i]) ? INFINITY : fmaxf(x, fabsf(out[i] - ref[i]));
+// case 1 on a [64, 64], b [8, kb], words [64, 4]
+static float run_swizzled(const uint16_t* a, const uint16_t* b, int kb, const uint32_t* words, const float* ref, bool sparse) {
+    uint16_t *da = to_device(a, M * 64), *db = to_device(b, N * kb);
+    uint32_t* dw = to_device(words, M * 4);
+    float* d = new_output();
+    swizzled<<<1, 128>>>(da, db, kb, dw, d, sparse);
+    const float x = worst(d, ref);
+    cudaFree(da), cudaFree(db), cudaFree(dw);
     return x;
 }
 
-static float small() { return (float)(rand() % 7 - 3); }
-
 int main() {
-    const int pairs[6][2] = {{0, 1}, {0, 2}, {0, 3}, {1, 2}, {1, 3}, {2, 3}};
     srand(5);
     static float A[M][128], B[N][128], ref[M * N];
     static uint16_t a16[M * 64], b16[N * 128];
     static uint32_t words[M * 4];
-    auto reference = [&](int k) {
-        for (int r = 0; r < M; r++)
-            for (int n = 0; n < N; n++) {
-                float s = 0.f;
-                for (int i = 0; i < k; i++) s += A[r][i] * B[n][i];
-                ref[r * N + n] = s;
-            }
-    };
     // 1a. dense, K 64
     for (int r = 0; r < M; r++)
-        for (int k = 0; k < 64; k++) A[r][k] = small(), a16[r * 64 + k] = to_bf16(A[r][k]);
+        for (int k = 0; k < 64; k++) A[r][k] = small_int(), a16[r * 64 + k] = to_bf16(A[r][k]);
     for (int n = 0; n < N; n++)
-        for (int k = 0; k < 64; k++) B[n][k] = small(), b16[n * 64 + k] = to_bf16(B[n][k]);
-    reference(64);
-    {
-        uint16_t *da = to_device(a16, M * 64), *db = to_device(b16, N * 64);
-        uint32_t* dw = to_device(words, M * 4);
-        float* d = new_output();
-        swizzled<<<1, 128>>>(da, db, 64, dw, d, false);
-        printf("128B swizzle, K-major, dense m64n8k16 x 4 steps: max |D - ref| %g\n", worst(d, ref));
-        cudaFree(da), cudaFree(db), cudaFree(dw);
-    }
+        for (int k = 0; k < 64; k++) B[n][k] = small_int(), b16[n * 64 + k] = to_bf16(B[n][k]);
+    reference(&A[0][0], 128, &B[0][0], 128, 64, ref);
+    printf("128B swizzle, K-major, dense m64n8k16 x 4 steps: max |D - ref| %g\n",
+           run_swizzled(a16, b16, 64, words, ref, false));
     // 1b. 2:4, logical K 128: values [64, 64], row words [64, 4]
-    for (int r = 0; r < M; r++) {
-        for (int s = 0; s < 4; s++) words[r * 4 + s] = 0;
-        for (int j = 0; j < 32; j++) {
-            const int* p = pairs[rand() % 6];
-            for (int i = 0; i < 4; i++) A[r][4 * j + i] = 0.f;
-            for (int i = 0; i < 2; i++) {
-                const float v = small();
-                A[r][4 * j + p[i]] = v;
-                a16[r * 64 + 2 * j + i] = to_bf16(v);
-            }
-            words[r * 4 + j / 8] |= (uint32_t)(p[0] | p[1] << 2) << (4 * (j % 8));
-        }
-    }
+    for (int r = 0; r < M; r++) random_24_row(A[r], a16 + r * 64, words + r * 4, 32);
     for (int n = 0; n < N; n++)
-        for (int k = 0; k < 128; k++) B[n][k] = small(), b16[n * 128 + k] = to_bf16(B[n][k]);
-    reference(128);
-    {
-        uint16_t *da = to_device(a16, M * 64), *db = to_device(b16, N * 128);
-        uint32_t* dw = to_device(words, M * 4);
-        float* d = new_output();
-        swizzled<<<1, 128>>>(da, db, 128, dw, d, true);
-        printf("128B swizzle, K-major, sparse m64n8k32 x 4 steps: max |D - ref| %g\n", worst(d, ref));
-        cudaFree(da), cudaFree(db), cudaFree(dw);
-    }
+        for (int k = 0; k < 128; k++) B[n][k] = small_int(), b16[n * 128 + k] = to_bf16(B[n][k]);
+    reference(&A[0][0], 128, &B[0][0], 128, 128, ref);
+    printf("128B swizzle, K-major, sparse m64n8k32 x 4 steps: max |D - ref| %g\n",
+           run_swizzled(a16, b16, 128, words, ref, true));
     // 2. MN-major A (transposed), K 16
     static uint16_t at16[16 * M];
     for (int r = 0; r < M; r++)
-        for (int k = 0; k < 16; k++) A[r][k] = small(), at16[k * M + r] = to_bf16(A[r][k]);
+        for (int k = 0; k < 16; k++) A[r][k] = small_int(), at16[k * M + r] = to_bf16(A[r][k]);
     for (int n = 0; n < N; n++)
-        for (int k = 0; k < 16; k++) B[n][k] = small(), b16[n * 16 + k] = to_bf16(B[n][k]);
-    reference(16);
+        for (int k = 0; k < 16; k++) B[n][k] = small_int(), b16[n * 16 + k] = to_bf16(B[n][k]);
+    reference(&A[0][0], 128, &B[0][0], 128, 16, ref);
     const struct { const char* name; int m_stride, k_stride; } layouts[2] = {{"M cores adjacent", 128, 1024},
                                                                             {"K cores adjacent", 256, 128}};
     for (const auto& l : layouts)
