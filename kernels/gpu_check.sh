@@ -7,8 +7,10 @@
 #   prefill: carry nothing. GPU tests of the Triton prefill; its table, the question-after-a-cached-prefix
 #            table and where copying a 2:4 prefix dense first pays.
 #   tl:      carry .dev/site.tar.xz. TileLang prefill: compile every tested/benchmarked variant, tests, benchmark.
+#   probes:  carry nothing. The instruction-rate and layout probes (kernels/probes), then the wgmma.sp Trans-Both
+#            loop against the oracle and its timing (about a minute).
 set -o pipefail
-stage=${1:?usage: gpu_check.sh decode|prefill|tl}
+stage=${1:?usage: gpu_check.sh decode|prefill|tl|probes}
 source scripts/device_env.sh
 export HS_KERNELS_CACHE=/tmp/hsk
 log="${OUT:-/tmp/hs_out}/$stage"; mkdir -p "$log"
@@ -36,5 +38,11 @@ tl)
     python -m pytest -q -p no:cacheprovider tests/test_kernels_gpu_prefill.py 2>&1 | tee "$log/tests.log" | tail -8
     python -m hs_kernels.bench_prefill --triton-configs "" --question 0 2>&1 | grep -v "TileLang:" \
         | tee "$log/bench_prefill.log" | tail -30 ;;
+probes)
+    for probe in mma_rate mma_sp_layout wgmma_rate wgmma_sp_layout wgmma_tile_layout; do
+        nvcc -gencode arch=compute_90a,code=sm_90a -O3 -o "/tmp/$probe" "kernels/probes/$probe.cu" 2>/dev/null \
+            && "/tmp/$probe" 2>&1 | tee "$log/$probe.log"
+    done
+    python kernels/probes/trans_both_sp.py 2>&1 | grep -v C7519 | tee "$log/trans_both_sp.log" | tail -8 ;;
 *) echo "unknown stage: $stage" >&2; exit 2 ;;
 esac
