@@ -299,12 +299,17 @@ def prefill_tma(k: torch.Tensor, v: torch.Tensor) -> bool:
             and k.data_ptr() % 16 == 0 and v.data_ptr() % 16 == 0)
 
 
+def prefix_copy_fits(h_kv: int, used: int, head_dim: int, itemsize: int) -> bool:
+    """Whether a dense copy of ``used`` prefix blocks of ``h_kv`` KV heads (K and V) fits ``DENSIFY_MAX_BYTES``."""
+    return 2 * h_kv * used * BLOCK_SIZE * head_dim * itemsize <= DENSIFY_MAX_BYTES
+
+
 def prefill_densify(readers: int, mixed: bool, h_kv: int, used: int, head_dim: int, itemsize: int) -> bool:
     """Default of ``densify`` for a prefix with 2:4 blocks (``mixed``: K's or V's entries both dense
     and sparse): when at least ``DENSIFY_MIN_READERS`` programs read each prefix block (query tiles x
-    head groups of one KV head) and the dense copy fits ``DENSIFY_MAX_BYTES``."""
+    head groups of one KV head) and the dense copy fits (``prefix_copy_fits``)."""
     return (readers >= DENSIFY_MIN_READERS["mixed" if mixed else "sparse"]
-            and 2 * h_kv * used * BLOCK_SIZE * head_dim * itemsize <= DENSIFY_MAX_BYTES)
+            and prefix_copy_fits(h_kv, used, head_dim, itemsize))
 
 
 def prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -399,18 +404,18 @@ def triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len: int, s
     used = -(-prefix_len // BLOCK_SIZE)
     programs = prefill_programs(t, h_q, h_kv, block_m, hg)
     tma_pairs = tma and prefix_n == 2 * BLOCK_SIZE and prefix_len >= prefix_n
-    if densify is not False and tma_pairs and 2 * h_kv * used * BLOCK_SIZE * d * q.element_size() <= DENSIFY_MAX_BYTES:
-        # copied whole whatever its blocks, so that each pair is one bulk copy at a known place (dense prefixes too:
-        # 4 x 8K chunked on the H200, 19.18 -> 16.40 ms, kernels/BENCHMARKS.md, eleventh session); the pools say
-        # which loads the copy needs, so no host sync for the entries' kinds
+    # under TMA pairs the prefix is copied whole whatever its blocks, so that each pair is one bulk copy at a known
+    # place (dense prefixes too: 4 x 8K chunked on the H200, 19.18 -> 16.40 ms, kernels/BENCHMARKS.md, eleventh
+    # session); the pools say which loads the copy needs, so no host sync for the entries' kinds
+    prefix_tma = tma_pairs and (densify or (densify is None and prefix_copy_fits(h_kv, used, d, q.element_size())))
+    if prefix_tma:
         densify, k_mode, v_mode = True, _pool_kinds(k_pool), _pool_kinds(v_pool)
     else:
         k_mode, v_mode = _entry_kinds(k_index, v_index, used)
         if densify is None:
             densify = prefill_densify(programs // h_kv, DENSE | SPARSE in (k_mode, v_mode), h_kv, used, d,
                                       q.element_size())
-        densify = densify and bool((k_mode | v_mode) & SPARSE or tma_pairs)  # dense: only to be read as TMA pairs
-    prefix_tma = densify and tma_pairs
+        densify = densify and bool((k_mode | v_mode) & SPARSE)  # an all-dense prefix stays where it is
     if densify:
         k_pool, v_pool, k_index, v_index = _densified(k_pool, v_pool, k_index, v_index, used, k_mode, v_mode, q.is_cuda,
                                                       every=prefix_tma)

@@ -112,19 +112,19 @@ def block_loss(blocks: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return pruned.float().abs().sum(dim=(-1, -2))
 
 
-def eligible_blocks(num_tokens: int, sink_tokens: int, window_tokens: int, device=None) -> torch.Tensor:
-    """Bool ``[num_blocks(num_tokens)]``: blocks that may become sparse (outside sink and window, full)."""
+def eligible_range(num_tokens: int, sink_tokens: int, window_tokens: int) -> tuple[int, int]:
+    """``(first, stop)``: the blocks that may become sparse (outside sink and window, full) are ``first <= j <
+    stop`` (none when ``stop <= first``), on the host (no device sync)."""
     if num_tokens < 0:
         raise ValueError(f"num_tokens must be >= 0, got {num_tokens}")
-    start = torch.arange(num_blocks(num_tokens), device=device) * BLOCK_SIZE
-    end = start + BLOCK_SIZE  # exclusive
-    return (start >= sink_tokens) & (end <= num_tokens - window_tokens) & (end <= num_tokens)
-
-
-def eligible_range(num_tokens: int, sink_tokens: int, window_tokens: int) -> tuple[int, int]:
-    """``(first, stop)``: ``eligible_blocks(...)`` is True exactly at blocks ``first <= j < stop`` (none when
-    ``stop <= first``), computed on the host (no device sync)."""
     return -(-sink_tokens // BLOCK_SIZE), min((num_tokens - window_tokens) // BLOCK_SIZE, num_tokens // BLOCK_SIZE)
+
+
+def eligible_blocks(num_tokens: int, sink_tokens: int, window_tokens: int, device=None) -> torch.Tensor:
+    """Bool ``[num_blocks(num_tokens)]``: ``eligible_range`` as a mask."""
+    first, stop = eligible_range(num_tokens, sink_tokens, window_tokens)
+    j = torch.arange(num_blocks(num_tokens), device=device)
+    return (j >= first) & (j < stop)
 
 
 def num_eligible_blocks(num_tokens: int, sink_tokens: int, window_tokens: int) -> int:

@@ -145,9 +145,10 @@ def variants() -> list[Variant]:
         for k_mode, v_mode in ((1, 2), (2, 2), (3, 3)):  # launched only when an operand has 2:4 blocks
             out.append(Variant(f"densify d{d} K{k_mode} V{v_mode}", "triton_prefill", "densify_kernel", densify_types,
                                dict(D=d, K_MODE=k_mode, V_MODE=v_mode, PRMT=True, ALL=False), 4))
-        if gpu.prefill_prefix_n(prefill_rows) == 128:  # under TMA the dense operand is copied too
-            out.append(Variant(f"densify d{d} K1 V2 both copied", "triton_prefill", "densify_kernel", densify_types,
-                               dict(D=d, K_MODE=1, V_MODE=2, PRMT=True, ALL=True), 4))
+        if gpu.prefill_prefix_n(prefill_rows) == 128:  # under TMA every operand is copied, in the pools' kinds
+            for k_mode, v_mode in ((1, 2), (3, 3)):  # (3, 3): a serving pool, with dense and 2:4 slots
+                out.append(Variant(f"densify d{d} K{k_mode} V{v_mode} both copied", "triton_prefill", "densify_kernel",
+                                   densify_types, dict(D=d, K_MODE=k_mode, V_MODE=v_mode, PRMT=True, ALL=True), 4))
     return out
 
 

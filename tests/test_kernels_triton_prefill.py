@@ -56,11 +56,14 @@ TMA = [
     (33, 16, 2, 256, 64, 0.0, 1.0, 64, False, None, 64, None, True, 64),
     (64, 8, 2, 64, 1000, 0.5, 0.5, 128, False, 4, 64, None, True, 128),
     # densified under TMA (the dense operand copied too), block pairs read as 128-row descriptor tiles: an odd
-    # block count, a partial last block with splits, a dense K beside a 2:4 V; a dense prefix is not copied
+    # block count, a partial last block with splits, a dense K beside a 2:4 V, an all-dense prefix copied on request
     (100, 8, 2, 64, 704, 1.0, 0.0, 128, False, None, 64, None, True, 128),
     (70, 4, 1, 128, 650, 0.5, 0.5, 128, False, 3, 64, None, True, 128),
     (64, 4, 1, 64, 600, 0.0, 1.0, 128, False, None, 64, None, True, 128),
     (64, 4, 1, 64, 600, 0.0, 0.0, 128, False, None, 128, None, True, 128),
+    # the default under TMA pairs: any prefix copied, the copy reading what the pools hold (no entry kinds)
+    (70, 4, 1, 64, 650, 0.5, 0.5, 128, False, None, 64, None, None, 128),
+    (64, 4, 1, 64, 600, 0.0, 0.0, 128, False, 2, 64, None, None, 128),
 ]
 
 SCRIPT = r"""
