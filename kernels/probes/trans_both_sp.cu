@@ -59,6 +59,17 @@ __device__ __forceinline__ void wgmma_wait() {
     asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
     asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
 }
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+}
+
+// four 8 x 8 bf16 pieces, each stored transposed at the rows whose addresses lanes 8 i .. 8 i + 7 give
+__device__ __forceinline__ void stmatrix_trans(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(r0), "r"(r1),
+                 "r"(r2), "r"(r3) : "memory");
+}
+
 __device__ __forceinline__ void async_proxy_fence() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 
 // block `entry` (sparse: ~slot) of K and V into a stage: K values 128B-swizzled, V^T values in unswizzled core
@@ -80,12 +91,15 @@ __device__ __forceinline__ void stage_block(uint8_t* stage, int k_entry, int v_e
     asm volatile("cp.async.commit_group;");
 }
 
-// q [t, h_q, 128] bf16; out [t, h_q, 128] float32, lse [t, h_q]; index maps [h_kv, nb], every entry sparse
+// q [t, h_q, 128] bf16; out [t, h_q, 128] float32, lse [t, h_q]; index maps [h_kv, nb], every entry sparse.
+// STATIC_MAX: the softmax offset of each query row is bound [t, h_q] (log2 units, at least its largest score)
+// instead of the running maximum, so nothing is reduced across keys or rescaled until the end; else bound is unused.
+template <bool STATIC_MAX>
 __global__ void __launch_bounds__(128) trans_both_sp(
     const __nv_bfloat16* __restrict__ q, const uint16_t* __restrict__ k_vals, const uint32_t* __restrict__ k_meta,
     const uint16_t* __restrict__ v_vals, const uint32_t* __restrict__ v_meta, const int32_t* __restrict__ k_index,
-    const int32_t* __restrict__ v_index, float* __restrict__ out, float* __restrict__ lse, int t_len, int nb,
-    float scale_log2) {
+    const int32_t* __restrict__ v_index, const float* __restrict__ bound, float* __restrict__ out,
+    float* __restrict__ lse, int t_len, int nb, float scale_log2) {
     extern __shared__ __align__(1024) uint8_t smem[];
     const int tid = threadIdx.x, w = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
     const int tile = blockIdx.x, hk = blockIdx.y, h_q = gridDim.y * G;
@@ -106,7 +120,11 @@ __global__ void __launch_bounds__(128) trans_both_sp(
     // fragments (m64n64): element 4 j + i is row 16 w + g (+ 8 for i >= 2), column 8 j + 2 t + i % 2
     float o[2][32] = {}, m[16], l[16];
     #pragma unroll
-    for (int i = 0; i < 16; i++) m[i] = -INFINITY, l[i] = 0.f;
+    for (int c = 0; c < 16; c++) {
+        const int col = 8 * (c / 2) + 2 * t + c % 2, token = tile * TOKENS + col / G;
+        m[c] = !STATIC_MAX ? -INFINITY : token < t_len ? bound[(size_t)token * h_q + hk * G + col % G] : 0.f;
+        l[c] = 0.f;
+    }
 
     for (int j = 0; j < nb; j++) {
         uint8_t* stage = smem + STAGE_OFF + (j & 1) * STAGE_BYTES;
@@ -134,37 +152,51 @@ __global__ void __launch_bounds__(128) trans_both_sp(
         }
         wgmma_wait();
 
-        // column (query row) maxima over this block's 64 keys
-        float mx[16];
-        #pragma unroll
-        for (int c = 0; c < 16; c++) {
-            const int i = 4 * (c / 2) + c % 2;
-            float x = fmaxf(s[i], s[i + 2]);
+        if constexpr (!STATIC_MAX) {  // column (query row) maxima over this block's 64 keys
+            float mx[16];
             #pragma unroll
-            for (int o_ = 4; o_ < 32; o_ <<= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o_));
-            mx[c] = x;
+            for (int c = 0; c < 16; c++) {
+                const int i = 4 * (c / 2) + c % 2;
+                float x = fmaxf(s[i], s[i + 2]);
+                #pragma unroll
+                for (int o_ = 4; o_ < 32; o_ <<= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o_));
+                mx[c] = x;
+            }
+            if (g == 0) {
+                #pragma unroll
+                for (int c = 0; c < 16; c++) red[w * ROWS + 8 * (c / 2) + 2 * t + c % 2] = mx[c];
+            }
+            __syncthreads();
+            #pragma unroll
+            for (int c = 0; c < 16; c++) {
+                const int col = 8 * (c / 2) + 2 * t + c % 2, i = 4 * (c / 2) + c % 2;
+                const float bm = fmaxf(fmaxf(red[col], red[ROWS + col]), fmaxf(red[2 * ROWS + col], red[3 * ROWS + col]));
+                const float m_new = fmaxf(m[c], bm * scale_log2);
+                const float alpha = exp2f(m[c] - m_new);
+                m[c] = m_new;
+                l[c] *= alpha;
+                #pragma unroll
+                for (int mt = 0; mt < 2; mt++) o[mt][i] *= alpha, o[mt][i + 2] *= alpha;
+            }
         }
-        if (g == 0) {
-            #pragma unroll
-            for (int c = 0; c < 16; c++) red[w * ROWS + 8 * (c / 2) + 2 * t + c % 2] = mx[c];
-        }
-        __syncthreads();
-        uint16_t* p_s = reinterpret_cast<uint16_t*>(smem + P_OFF);
+        // P^T [64 rows, 64 keys] in one 128B-swizzled atom: the accumulator's 8 x 8 pieces (keys 16 w + 8 h + g,
+        // rows 8 j + 2 t, + 1) stored transposed by stmatrix, four per instruction
+        uint32_t pk[16];
         #pragma unroll
-        for (int c = 0; c < 16; c++) {
-            const int col = 8 * (c / 2) + 2 * t + c % 2, i = 4 * (c / 2) + c % 2;
-            const float bm = fmaxf(fmaxf(red[col], red[ROWS + col]), fmaxf(red[2 * ROWS + col], red[3 * ROWS + col]));
-            const float m_new = fmaxf(m[c], bm * scale_log2);
-            const float alpha = exp2f(m[c] - m_new);
-            m[c] = m_new;
-            const float p0 = exp2f(s[i] * scale_log2 - m_new), p1 = exp2f(s[i + 2] * scale_log2 - m_new);
-            l[c] = l[c] * alpha + p0 + p1;
+        for (int j = 0; j < 8; j++)
             #pragma unroll
-            for (int mt = 0; mt < 2; mt++) o[mt][i] *= alpha, o[mt][i + 2] *= alpha;
-            // P^T [row col, key]: keys 16 w + g and + 8, one 128B-swizzled atom
-            const int k0 = 16 * w + g, k1 = k0 + 8;
-            p_s[(col * 128 + (((k0 / 8) ^ (col % 8)) * 16) + (k0 % 8) * 2) / 2] = __bfloat16_as_ushort(__float2bfloat16_rn(p0));
-            p_s[(col * 128 + (((k1 / 8) ^ (col % 8)) * 16) + (k1 % 8) * 2) / 2] = __bfloat16_as_ushort(__float2bfloat16_rn(p1));
+            for (int h = 0; h < 2; h++) {
+                const int i = 4 * j + 2 * h;
+                const float p0 = exp2f(s[i] * scale_log2 - m[2 * j]), p1 = exp2f(s[i + 1] * scale_log2 - m[2 * j + 1]);
+                l[2 * j] += p0;
+                l[2 * j + 1] += p1;
+                pk[2 * j + h] = pack_bf16(p0, p1);
+            }
+        #pragma unroll
+        for (int n = 0; n < 4; n++) {
+            const int piece = lane / 8, row = 8 * (2 * n + piece / 2) + lane % 8, chunk = 2 * w + piece % 2;
+            stmatrix_trans(sbase + P_OFF + row * 128 + ((chunk ^ (row % 8)) * 16), pk[4 * n], pk[4 * n + 1],
+                           pk[4 * n + 2], pk[4 * n + 3]);
         }
         async_proxy_fence();
         __syncthreads();
@@ -210,26 +242,39 @@ __global__ void __launch_bounds__(128) trans_both_sp(
     }
 }
 
-}  // namespace
-
-// 0 on success, else a cudaError_t
-extern "C" int trans_both_sp_launch(const void* q, const void* k_vals, const void* k_meta, const void* v_vals,
-                                    const void* v_meta, const int32_t* k_index, const int32_t* v_index, float* out,
-                                    float* lse, int t_len, int h_kv, int nb, float scale_log2, void* stream) {
-    static const cudaError_t attr = cudaFuncSetAttribute(trans_both_sp, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM);
+template <bool STATIC_MAX>
+cudaError_t launch(const void* q, const void* k_vals, const void* k_meta, const void* v_vals, const void* v_meta,
+                   const int32_t* k_index, const int32_t* v_index, const float* bound, float* out, float* lse, int t_len,
+                   int h_kv, int nb, float scale_log2, cudaStream_t stream) {
+    static const cudaError_t attr =
+        cudaFuncSetAttribute(trans_both_sp<STATIC_MAX>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM);
     if (attr != cudaSuccess) return attr;
     const dim3 grid((t_len + TOKENS - 1) / TOKENS, h_kv);
-    trans_both_sp<<<grid, 128, SMEM, static_cast<cudaStream_t>(stream)>>>(
+    trans_both_sp<STATIC_MAX><<<grid, 128, SMEM, stream>>>(
         static_cast<const __nv_bfloat16*>(q), static_cast<const uint16_t*>(k_vals), static_cast<const uint32_t*>(k_meta),
-        static_cast<const uint16_t*>(v_vals), static_cast<const uint32_t*>(v_meta), k_index, v_index, out, lse, t_len,
-        nb, scale_log2);
+        static_cast<const uint16_t*>(v_vals), static_cast<const uint32_t*>(v_meta), k_index, v_index, bound, out, lse,
+        t_len, nb, scale_log2);
     return cudaGetLastError();
+}
+
+}  // namespace
+
+// 0 on success, else a cudaError_t; bound null: the running maximum, else the static offsets (see the kernel)
+extern "C" int trans_both_sp_launch(const void* q, const void* k_vals, const void* k_meta, const void* v_vals,
+                                    const void* v_meta, const int32_t* k_index, const int32_t* v_index,
+                                    const float* bound, float* out, float* lse, int t_len, int h_kv, int nb,
+                                    float scale_log2, void* stream) {
+    const auto s = static_cast<cudaStream_t>(stream);
+    return bound ? launch<true>(q, k_vals, k_meta, v_vals, v_meta, k_index, v_index, bound, out, lse, t_len, h_kv, nb,
+                                scale_log2, s)
+                 : launch<false>(q, k_vals, k_meta, v_vals, v_meta, k_index, v_index, bound, out, lse, t_len, h_kv, nb,
+                                 scale_log2, s);
 }
 
 extern "C" int trans_both_sp_resident() {
     int n = 0;
-    if (cudaFuncSetAttribute(trans_both_sp, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM) != cudaSuccess ||
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, trans_both_sp, 128, SMEM) != cudaSuccess)
+    if (cudaFuncSetAttribute(trans_both_sp<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM) != cudaSuccess ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, trans_both_sp<false>, 128, SMEM) != cudaSuccess)
         return -1;
     return n;
 }

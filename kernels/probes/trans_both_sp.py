@@ -2,6 +2,7 @@
 the PyTorch oracle (the 2:4 prefix decompressed, float32 attention without a mask) on small shapes with shuffled
 pool slots, then times it on Llama-3.1-8B attention (32 / 8 heads, d 128, bf16) against cuDNN on the same keys
 (dense) and the serving path (the Triton prefill over the same pools, whose chunk adds its own causal keys).
+Both softmax forms are run: the running maximum, and a static offset per query row (``static_bound``).
 
     python kernels/probes/trans_both_sp.py [--tokens 8192] [--prefix 32768]
 """
@@ -33,7 +34,7 @@ def build() -> ctypes.CDLL:
                     "-o", str(so), str(SOURCE)], check=True)
     lib = ctypes.CDLL(str(so))
     p, i = ctypes.c_void_p, ctypes.c_int
-    lib.trans_both_sp_launch.argtypes = [p] * 9 + [i] * 3 + [ctypes.c_float, p]
+    lib.trans_both_sp_launch.argtypes = [p] * 10 + [i] * 3 + [ctypes.c_float, p]
     lib.trans_both_sp_launch.restype = i
     lib.trans_both_sp_resident.restype = i
     return lib
@@ -54,12 +55,20 @@ def sparse_prefix(prefix: int, h_kv: int, gen: torch.Generator):
     return out
 
 
-def run(lib, q, k_pool, k_index, v_pool, v_index, scale):
+def static_bound(q, k_pool, k_index, scale):
+    """Each query row's softmax offset in log2 units: |q| times its KV head's largest key norm (the 2:4 values
+    hold a pruned key's whole norm), an upper bound of every score by Cauchy-Schwarz."""
+    k_norm = k_pool.values[(~k_index).long()].float().norm(dim=-1).amax(dim=(1, 2))  # [h_kv]
+    return q.float().norm(dim=-1) * k_norm.repeat_interleave(G) * (scale * LOG2E)
+
+
+def run(lib, q, k_pool, k_index, v_pool, v_index, scale, bound=None):
     t, h_q, _ = q.shape
     out = torch.empty(t, h_q, D, device="cuda")
     lse = torch.empty(t, h_q, device="cuda")
     rc = lib.trans_both_sp_launch(q.data_ptr(), k_pool.values.data_ptr(), k_pool.meta.data_ptr(), v_pool.values.data_ptr(),
-                                  v_pool.meta.data_ptr(), k_index.data_ptr(), v_index.data_ptr(), out.data_ptr(),
+                                  v_pool.meta.data_ptr(), k_index.data_ptr(), v_index.data_ptr(),
+                                  None if bound is None else bound.data_ptr(), out.data_ptr(),
                                   lse.data_ptr(), t, k_index.shape[0], k_index.shape[1], scale * LOG2E,
                                   torch.cuda.current_stream().cuda_stream)
     if rc:
@@ -73,15 +82,25 @@ def reference(q, k_pool, k_index, v_pool, v_index, scale):
     return torch.einsum("htk,hkd->thd", s.softmax(-1), v), s.logsumexp(-1).t()
 
 
+def reference_max(q, k_pool, k_index, scale):
+    k = k_pool.gather(k_index).flatten(1, 2).float().repeat_interleave(G, 0)
+    return torch.einsum("thd,hkd->thk", q.float(), k).amax(-1) * (scale * LOG2E)
+
+
 def check(lib, gen):
     for t, prefix, h_kv in ((16, 64, 1), (50, 640, 2), (333, 2048, 8)):
         q = torch.randn(t, h_kv * G, D, generator=gen, device="cuda").to(torch.bfloat16)
         k_pool, k_index, v_pool, v_index = sparse_prefix(prefix, h_kv, gen)
-        out, lse = run(lib, q, k_pool, k_index, v_pool, v_index, D ** -0.5)
         r_out, r_lse = reference(q, k_pool, k_index, v_pool, v_index, D ** -0.5)
-        err = ((out - r_out).norm() / r_out.norm()).item()
-        print(f"check t {t} prefix {prefix} heads {h_kv * G}/{h_kv}: rel. err {err:.1e}, "
-              f"max |lse diff| {(lse - r_lse).abs().max().item():.1e}, NaN {bool(out.isnan().any())}", flush=True)
+        bound = static_bound(q, k_pool, k_index, D ** -0.5)
+        for name, b in (("running max", None), ("static offset", bound)):
+            out, lse = run(lib, q, k_pool, k_index, v_pool, v_index, D ** -0.5, b)
+            err = ((out - r_out).norm() / r_out.norm()).item()
+            print(f"check {name}: t {t} prefix {prefix} heads {h_kv * G}/{h_kv}: rel. err {err:.1e}, "
+                  f"max |lse diff| {(lse - r_lse).abs().max().item():.1e}, NaN {bool(out.isnan().any())}", flush=True)
+        top = reference_max(q, k_pool, k_index, D ** -0.5)
+        print(f"  static offset above the largest score by {(bound - top).min().item():.1f} .. "
+              f"{(bound - top).max().item():.1f} (log2 units)", flush=True)
 
 
 def bench(lib, gen, t: int, prefix: int):
@@ -90,6 +109,8 @@ def bench(lib, gen, t: int, prefix: int):
     k_pool, k_index, v_pool, v_index = sparse_prefix(prefix, h_kv, gen)
     prefix_flop = 4.0 * t * h_kv * G * prefix * D
     ours = timeit(lambda: run(lib, q, k_pool, k_index, v_pool, v_index, D ** -0.5))
+    bound = static_bound(q, k_pool, k_index, D ** -0.5)
+    ours_static = timeit(lambda: run(lib, q, k_pool, k_index, v_pool, v_index, D ** -0.5, bound))
     kd, vd = (p.gather(i).flatten(1, 2)[None] for p, i in ((k_pool, k_index), (v_pool, v_index)))
     with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
         cudnn = timeit(lambda: F.scaled_dot_product_attention(q.transpose(0, 1)[None], kd, vd, enable_gqa=True))
@@ -99,7 +120,8 @@ def bench(lib, gen, t: int, prefix: int):
     print(f"\n{torch.cuda.get_device_name()}: {t} queries x {prefix} keys of a 2:4 prefix, 32/8 heads, d 128, bf16; "
           f"{lib.trans_both_sp_resident()} CTAs per SM\n| kernel | ms | effective TFLOP/s |\n|---|---|---|\n"
           f"| cuDNN, the same keys dense, no mask | {cudnn:.3f} | {prefix_flop / cudnn / 1e9:.0f} |\n"
-          f"| wgmma.sp Trans-Both probe | {ours:.3f} | {prefix_flop / ours / 1e9:.0f} |\n"
+          f"| wgmma.sp Trans-Both probe, running max | {ours:.3f} | {prefix_flop / ours / 1e9:.0f} |\n"
+          f"| wgmma.sp Trans-Both probe, static offset | {ours_static:.3f} | {prefix_flop / ours_static / 1e9:.0f} |\n"
           f"| Triton prefill (serving path: prefix densified, + the chunk's causal keys) | {triton:.3f} | "
           f"{(prefix_flop + chunk_flop) / triton / 1e9:.0f} |", flush=True)
 
