@@ -22,7 +22,8 @@ constexpr int P_OFF = Q_OFF + ROWS * D * 2;  // P^T as B: [64 rows, 64 keys], on
 constexpr int STAGE_OFF = P_OFF + ROWS * BS * 2;
 constexpr int KV_BYTES = BS * D, VV_BYTES = D * BS, KM_BYTES = BS * D / 8, VM_BYTES = D * BS / 8;  // per block
 constexpr int STAGE_BYTES = KV_BYTES + VV_BYTES + KM_BYTES + VM_BYTES;  // 18 KB, a multiple of 1024
-constexpr int RED_OFF = STAGE_OFF + 2 * STAGE_BYTES;
+constexpr int STAGES = 3;  // a stage is refilled two blocks after use: the last block's PV may still read it
+constexpr int RED_OFF = STAGE_OFF + STAGES * STAGE_BYTES;
 constexpr int SMEM = RED_OFF + 4 * ROWS * 4;
 
 __device__ __forceinline__ int sw128(int row, int chunk) { return row * 128 + ((chunk ^ (row % 8)) * 16); }
@@ -42,23 +43,34 @@ __device__ __forceinline__ uint32_t meta_reg(uint32_t lo, uint32_t hi, int t) {
     return r;
 }
 
+// D (+)= A . B with A 2:4 (metadata e); ACC false: D = A . B, its registers only written (scale-d 0), so that no
+// instruction defines them while earlier wgmmas run
+template <bool ACC = true>
 __device__ __forceinline__ void wgmma_sp(float (&d)[32], uint64_t a, uint64_t b, uint32_t e) {
-    asm volatile(
-        "wgmma.mma_async.sp.sync.aligned.m64n64k32.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, "
-        "%12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, "
-        "%33, %34, 0, 1, 1, 1, 0, 0;"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
-          "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
-          "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
-          "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-        : "l"(a), "l"(b), "r"(e));
+#define HS_WGMMA_SP(MODE, SCALE_D)                                                                                  \
+    asm volatile(                                                                                                 \
+        "wgmma.mma_async.sp.sync.aligned.m64n64k32.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, " \
+        "%12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, " \
+        "%33, %34, 0, " SCALE_D ", 1, 1, 0, 0;"                                                                      \
+        : MODE(d[0]), MODE(d[1]), MODE(d[2]), MODE(d[3]), MODE(d[4]), MODE(d[5]), MODE(d[6]), MODE(d[7]), MODE(d[8]), \
+          MODE(d[9]), MODE(d[10]), MODE(d[11]), MODE(d[12]), MODE(d[13]), MODE(d[14]), MODE(d[15]), MODE(d[16]),      \
+          MODE(d[17]), MODE(d[18]), MODE(d[19]), MODE(d[20]), MODE(d[21]), MODE(d[22]), MODE(d[23]), MODE(d[24]),     \
+          MODE(d[25]), MODE(d[26]), MODE(d[27]), MODE(d[28]), MODE(d[29]), MODE(d[30]), MODE(d[31])                   \
+        : "l"(a), "l"(b), "r"(e))
+#define HS_ACC(x) "+f"(x)
+#define HS_SET(x) "=f"(x)
+    if constexpr (ACC)
+        HS_WGMMA_SP(HS_ACC, "1");
+    else
+        HS_WGMMA_SP(HS_SET, "0");
+#undef HS_SET
+#undef HS_ACC
+#undef HS_WGMMA_SP
 }
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
-__device__ __forceinline__ void wgmma_wait() {
-    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-}
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
     return *reinterpret_cast<uint32_t*>(&v);
@@ -127,10 +139,10 @@ __global__ void __launch_bounds__(128) trans_both_sp(
     }
 
     for (int j = 0; j < nb; j++) {
-        uint8_t* stage = smem + STAGE_OFF + (j & 1) * STAGE_BYTES;
-        const uint32_t st = sbase + STAGE_OFF + (j & 1) * STAGE_BYTES;
+        uint8_t* stage = smem + STAGE_OFF + (j % STAGES) * STAGE_BYTES;
+        const uint32_t st = sbase + STAGE_OFF + (j % STAGES) * STAGE_BYTES;
         if (j + 1 < nb) {
-            stage_block(smem + STAGE_OFF + ((j + 1) & 1) * STAGE_BYTES, ki[j + 1], vi[j + 1], k_vals, k_meta, v_vals, v_meta);
+            stage_block(smem + STAGE_OFF + ((j + 1) % STAGES) * STAGE_BYTES, ki[j + 1], vi[j + 1], k_vals, k_meta, v_vals, v_meta);
             asm volatile("cp.async.wait_group 1;" ::: "memory");
         } else {
             asm volatile("cp.async.wait_group 0;" ::: "memory");
@@ -141,16 +153,22 @@ __global__ void __launch_bounds__(128) trans_both_sp(
         const uint32_t* vm = reinterpret_cast<const uint32_t*>(stage + KV_BYTES + VV_BYTES + KM_BYTES);
 
         float s[32];
+        // metadata registers before the fence: a register written between wgmmas makes ptxas wait for them (C7519)
+        uint32_t ek[4];
         #pragma unroll
-        for (int i = 0; i < 32; i++) s[i] = 0.f;
+        for (int k = 0; k < 4; k++) ek[k] = meta_reg(km[(16 * w + g) * 4 + k], km[(16 * w + g + 8) * 4 + k], t);
         wgmma_fence();
         #pragma unroll
         for (int k = 0; k < 4; k++) {  // d 32 k .. 32 k + 31
-            const uint32_t e = meta_reg(km[(16 * w + g) * 4 + k], km[(16 * w + g + 8) * 4 + k], t);
-            wgmma_sp(s, desc(st + 32 * k, 16, 1024, 1),
-                     desc(sbase + Q_OFF + (k / 2) * ROWS * 128 + 64 * (k % 2), 16, 1024, 1), e);
+            const uint64_t a = desc(st + 32 * k, 16, 1024, 1);
+            const uint64_t b = desc(sbase + Q_OFF + (k / 2) * ROWS * 128 + 64 * (k % 2), 16, 1024, 1);
+            if (k == 0)
+                wgmma_sp<false>(s, a, b, ek[k]);
+            else
+                wgmma_sp(s, a, b, ek[k]);
         }
-        wgmma_wait();
+        wgmma_commit();
+        wgmma_wait_all();  // also the previous block's PV: its P^T is overwritten next
 
         if constexpr (!STATIC_MAX) {  // column (query row) maxima over this block's 64 keys
             float mx[16];
@@ -201,19 +219,24 @@ __global__ void __launch_bounds__(128) trans_both_sp(
         async_proxy_fence();
         __syncthreads();
 
+        uint32_t ev[2][2];
+        #pragma unroll
+        for (int mt = 0; mt < 2; mt++)
+            #pragma unroll
+            for (int kk = 0; kk < 2; kk++) {
+                const int r0 = 64 * mt + 16 * w + g;
+                ev[mt][kk] = meta_reg(vm[r0 * 2 + kk], vm[(r0 + 8) * 2 + kk], t);
+            }
         wgmma_fence();
         #pragma unroll
         for (int mt = 0; mt < 2; mt++)
             #pragma unroll
-            for (int kk = 0; kk < 2; kk++) {  // d rows 64 mt .., keys 32 kk ..
-                const int r0 = 64 * mt + 16 * w + g;
-                const uint32_t e = meta_reg(vm[r0 * 2 + kk], vm[(r0 + 8) * 2 + kk], t);
+            for (int kk = 0; kk < 2; kk++)  // d rows 64 mt .., keys 32 kk ..
                 wgmma_sp(o[mt], desc(st + KV_BYTES + mt * 8 * 512 + kk * 256, 128, 512, 0),
-                         desc(sbase + P_OFF + 64 * kk, 16, 1024, 1), e);
-            }
-        wgmma_wait();
-        __syncthreads();  // this stage and P^T are free for the next block
+                         desc(sbase + P_OFF + 64 * kk, 16, 1024, 1), ev[mt][kk]);
+        wgmma_commit();  // left running under the next block's copy wait and S
     }
+    wgmma_wait_all();
 
     // l: this thread's keys -> all keys (lanes of a warp, then the four warps)
     #pragma unroll

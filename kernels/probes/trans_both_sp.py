@@ -4,7 +4,7 @@ pool slots, then times it on Llama-3.1-8B attention (32 / 8 heads, d 128, bf16) 
 (dense) and the serving path (the Triton prefill over the same pools, whose chunk adds its own causal keys).
 Both softmax forms are run: the running maximum, and a static offset per query row (``static_bound``).
 
-    python kernels/probes/trans_both_sp.py [--tokens 8192] [--prefix 32768]
+    python kernels/probes/trans_both_sp.py [--tokens 8192] [--prefix 32768] [--source other.cu]
 """
 
 import argparse
@@ -28,10 +28,10 @@ SOURCE = Path(__file__).with_name("trans_both_sp.cu")
 D, G = 128, 4
 
 
-def build() -> ctypes.CDLL:
+def build(source: Path = SOURCE) -> ctypes.CDLL:
     so = Path(tempfile.mkdtemp()) / "trans_both_sp.so"
     subprocess.run(["nvcc", "-gencode", "arch=compute_90a,code=sm_90a", "-O3", "-shared", "-Xcompiler", "-fPIC",
-                    "-o", str(so), str(SOURCE)], check=True)
+                    "-o", str(so), str(source)], check=True)
     lib = ctypes.CDLL(str(so))
     p, i = ctypes.c_void_p, ctypes.c_int
     lib.trans_both_sp_launch.argtypes = [p] * 10 + [i] * 3 + [ctypes.c_float, p]
@@ -130,10 +130,11 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--tokens", type=int, default=8192)
     ap.add_argument("--prefix", type=int, default=32768)
+    ap.add_argument("--source", type=Path, default=SOURCE, help="another version of trans_both_sp.cu (same exports)")
     args = ap.parse_args()
     gen = torch.Generator(device="cuda")
     gen.manual_seed(0)
-    lib = build()
+    lib = build(args.source)
     check(lib, gen)
     bench(lib, gen, args.tokens, args.prefix)
 
