@@ -1,12 +1,17 @@
-// Probe: the Trans-Both inner loop of the paper's prefill on Hopper's sparse tensor cores (wgmma.sp), in its
-// simplest form, to see what it reaches before any FA3-style engineering. A query tile attends to a prefix of
-// 64-token blocks that are all 2:4 for K and V (hs_kernels.format pools, through the index maps), no mask:
+// Probe: the Trans-Both inner loop of the paper's prefill on Hopper's sparse tensor cores (wgmma.sp), warp-specialized.
+// A query tile attends to a prefix of 64-token blocks that are all 2:4 for K and V (hs_kernels.format pools, through
+// the index maps), no mask:
 //   S^T [64 keys, 64 rows] = K . Q^T       A = the K block's values [64, 64] (2:4 along d), 4 x wgmma.sp m64n64k32
 //   O^T [128, 64 rows]   += V^T . P^T      A = the V block's values [128, 32] (2:4 along keys), 2 x 2 x m64n64k32
-// One warpgroup per CTA; a tile's 64 rows are 16 tokens x the 4 query heads of one KV head (d 128, G 4: Llama's
-// attention). The softmax runs along the keys, S^T's M axis: each warp reduces its 16 keys by shuffles, the four
-// warps' maxima meet in shared memory; P^T goes through shared memory as the second GEMM's B operand. Blocks are
-// double-buffered by cp.async; no warp specialization, no TMA: several CTAs per SM overlap each other's phases.
+// A CTA is two consumer warpgroups, each with its own 64 rows (16 tokens x the 4 query heads of one KV head: d 128,
+// G 4, Llama's attention), and one producer warpgroup that stages each block (K and V values, 128B-swizzled / core
+// matrices, and their metadata) by cp.async into a ring of STAGES stages shared by both consumers, handed over by
+// mbarriers (full: the producer's 128 threads, each after its copies landed and were fenced for the async proxy; empty:
+// every consumer thread, once its warpgroup's wgmmas that read the stage are done).
+// The softmax offset of each row is static (bound, log2 units, at least the row's largest score): nothing is reduced
+// across keys or rescaled before the end, so the columns of S^T (the rows) need no exchange between warps. P^T goes
+// through the consumer's own shared buffer (stmatrix .trans) as the second GEMM's B operand; a block's PV is left
+// running while the next block's S is issued (the wait for S covers it, then the stage is released).
 // Layouts as measured by kernels/probes/wgmma_sp_layout.cu and wgmma_tile_layout.cu (kernels/NOTES_GPU.md).
 // Driven by kernels/probes/trans_both_sp.py (reference check and timing).
 #include <cuda_bf16.h>
@@ -15,16 +20,20 @@
 
 namespace {
 
-constexpr int BS = 64, D = 128, ROWS = 64, TOKENS = 16, G = 4;
+constexpr int BS = 64, D = 128, ROWS = 64, G = 4;
+constexpr int CONSUMERS = 2, TOKENS = CONSUMERS * ROWS / G, THREADS = (CONSUMERS + 1) * 128, STAGES = 4;
+// registers per thread: the launch bound gives 168 to each of 12 warps; the producer warpgroup hands most of its
+// share to the consumers (setmaxnreg), as FA3 does
+constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;
 // shared memory (bytes): 128B-swizzled operands 1024-aligned first
-constexpr int Q_OFF = 0;                     // Q^T as B: [64 rows, 128 d], two 64-element atoms along d
-constexpr int P_OFF = Q_OFF + ROWS * D * 2;  // P^T as B: [64 rows, 64 keys], one atom
-constexpr int STAGE_OFF = P_OFF + ROWS * BS * 2;
+constexpr int Q_BYTES = ROWS * D * 2;  // per consumer, Q^T as B: [64 rows, 128 d], two 64-element atoms along d
+constexpr int P_BYTES = ROWS * BS * 2;  // per consumer, P^T as B: [64 rows, 64 keys], one atom
+constexpr int Q_OFF = 0, P_OFF = Q_OFF + CONSUMERS * Q_BYTES, STAGE_OFF = P_OFF + CONSUMERS * P_BYTES;
 constexpr int KV_BYTES = BS * D, VV_BYTES = D * BS, KM_BYTES = BS * D / 8, VM_BYTES = D * BS / 8;  // per block
 constexpr int STAGE_BYTES = KV_BYTES + VV_BYTES + KM_BYTES + VM_BYTES;  // 18 KB, a multiple of 1024
-constexpr int STAGES = 3;  // a stage is refilled two blocks after use: the last block's PV may still read it
-constexpr int RED_OFF = STAGE_OFF + STAGES * STAGE_BYTES;
-constexpr int SMEM = RED_OFF + 4 * ROWS * 4;
+constexpr int RED_OFF = STAGE_OFF + STAGES * STAGE_BYTES;  // per consumer [4 warps][64 rows] float
+constexpr int BAR_OFF = RED_OFF + CONSUMERS * 4 * ROWS * 4;  // full[STAGES], then empty[STAGES]
+constexpr int SMEM = BAR_OFF + 2 * STAGES * 8;
 
 __device__ __forceinline__ int sw128(int row, int chunk) { return row * 128 + ((chunk ^ (row % 8)) * 16); }
 
@@ -84,141 +93,156 @@ __device__ __forceinline__ void stmatrix_trans(uint32_t addr, uint32_t r0, uint3
 
 __device__ __forceinline__ void async_proxy_fence() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 
-// block `entry` (sparse: ~slot) of K and V into a stage: K values 128B-swizzled, V^T values in unswizzled core
-// matrices (8 rows x 16 B, K-direction cores 128 B apart, 8-row groups 512 B apart), metadata words as stored
-__device__ __forceinline__ void stage_block(uint8_t* stage, int k_entry, int v_entry, const uint16_t* k_vals,
-                                            const uint32_t* k_meta, const uint16_t* v_vals, const uint32_t* v_meta) {
-    const int tid = threadIdx.x;
+__device__ __forceinline__ void bar_init(uint32_t bar, int count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void bar_arrive(uint32_t bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void bar_wait(uint32_t bar, int parity) {
+    asm volatile(
+        "{\n"
+        ".reg .pred done;\n"
+        "WAIT:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+        "@!done bra WAIT;\n"
+        "}\n" ::"r"(bar), "r"(parity) : "memory");
+}
+// the 128 threads of consumer warpgroup wg (named barriers 1, 2; 0 is __syncthreads')
+__device__ __forceinline__ void group_sync(int wg) { asm volatile("bar.sync %0, 128;" ::"r"(1 + wg) : "memory"); }
+
+// block (entries: sparse, ~slot) of K and V into the stage at base, by the producer's 128 threads, as one commit
+// group: K values 128B-swizzled, V^T values in unswizzled core matrices (8 rows x 16 B, K-direction cores 128 B
+// apart, 8-row groups 512 B apart), metadata words as stored
+__device__ __forceinline__ void stage_block(uint32_t base, int k_entry, int v_entry, const uint16_t* k_vals,
+                                            const uint32_t* k_meta, const uint16_t* v_vals, const uint32_t* v_meta,
+                                            int pt) {
     const size_t ks = (size_t)(~k_entry), vs = (size_t)(~v_entry);
-    const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(stage));
     const uint8_t* kv = reinterpret_cast<const uint8_t*>(k_vals + ks * BS * D / 2);
     const uint8_t* vv = reinterpret_cast<const uint8_t*>(v_vals + vs * D * BS / 2);
-    for (int u = tid; u < KV_BYTES / 16; u += 128) cp16(base + sw128(u / 8, u % 8), kv + 16 * u);  // 64 rows x 8
-    for (int u = tid; u < VV_BYTES / 16; u += 128)  // 128 rows x 4 chunks
+    #pragma unroll 4
+    for (int u = pt; u < KV_BYTES / 16; u += 128) cp16(base + sw128(u / 8, u % 8), kv + 16 * u);  // 64 rows x 8
+    #pragma unroll 4
+    for (int u = pt; u < VV_BYTES / 16; u += 128)  // 128 rows x 4 chunks
         cp16(base + KV_BYTES + (u / 4 / 8) * 512 + (u % 4) * 128 + (u / 4 % 8) * 16, vv + 16 * u);
     const uint8_t* km = reinterpret_cast<const uint8_t*>(k_meta + ks * BS * D / 32);
     const uint8_t* vm = reinterpret_cast<const uint8_t*>(v_meta + vs * D * BS / 32);
-    for (int u = tid; u < KM_BYTES / 16; u += 128) cp16(base + KV_BYTES + VV_BYTES + 16 * u, km + 16 * u);
-    for (int u = tid; u < VM_BYTES / 16; u += 128) cp16(base + KV_BYTES + VV_BYTES + KM_BYTES + 16 * u, vm + 16 * u);
+    for (int u = pt; u < KM_BYTES / 16; u += 128) cp16(base + KV_BYTES + VV_BYTES + 16 * u, km + 16 * u);
+    for (int u = pt; u < VM_BYTES / 16; u += 128) cp16(base + KV_BYTES + VV_BYTES + KM_BYTES + 16 * u, vm + 16 * u);
     asm volatile("cp.async.commit_group;");
 }
 
-// q [t, h_q, 128] bf16; out [t, h_q, 128] float32, lse [t, h_q]; index maps [h_kv, nb], every entry sparse.
-// STATIC_MAX: the softmax offset of each query row is bound [t, h_q] (log2 units, at least its largest score)
-// instead of the running maximum, so nothing is reduced across keys or rescaled until the end; else bound is unused.
-template <bool STATIC_MAX>
-__global__ void __launch_bounds__(128) trans_both_sp(
+// q [t, h_q, 128] bf16; bound [t, h_q] float32 (each row's softmax offset, log2 units); out [t, h_q, 128] float32,
+// lse [t, h_q]; index maps [h_kv, nb], every entry sparse
+__global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
     const __nv_bfloat16* __restrict__ q, const uint16_t* __restrict__ k_vals, const uint32_t* __restrict__ k_meta,
     const uint16_t* __restrict__ v_vals, const uint32_t* __restrict__ v_meta, const int32_t* __restrict__ k_index,
     const int32_t* __restrict__ v_index, const float* __restrict__ bound, float* __restrict__ out,
     float* __restrict__ lse, int t_len, int nb, float scale_log2) {
     extern __shared__ __align__(1024) uint8_t smem[];
-    const int tid = threadIdx.x, w = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+    const int tid = threadIdx.x, wg = tid / 128, lane = tid % 32;
     const int tile = blockIdx.x, hk = blockIdx.y, h_q = gridDim.y * G;
     const uint32_t sbase = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-    float* red = reinterpret_cast<float*>(smem + RED_OFF);  // [4 warps][64 rows]
-
-    // Q^T: row r = token 16 tile + r / 4, head 4 hk + r % 4; 16 chunks of 8 d per row, two atoms
-    for (int u = tid; u < ROWS * 16; u += 128) {
-        const int r = u / 16, c = u % 16, token = tile * TOKENS + r / G;
-        uint4 x = make_uint4(0, 0, 0, 0);
-        if (token < t_len) x = *reinterpret_cast<const uint4*>(q + ((size_t)token * h_q + hk * G + r % G) * D + 8 * c);
-        *reinterpret_cast<uint4*>(smem + Q_OFF + (c / 8) * ROWS * 128 + sw128(r, c % 8)) = x;
+    const uint32_t full = sbase + BAR_OFF, empty = full + STAGES * 8;
+    if (tid == 0) {
+        for (int s = 0; s < STAGES; s++) bar_init(full + 8 * s, 128), bar_init(empty + 8 * s, CONSUMERS * 128);
     }
+    __syncthreads();
     const int32_t* ki = k_index + (size_t)hk * nb;
     const int32_t* vi = v_index + (size_t)hk * nb;
-    if (nb > 0) stage_block(smem + STAGE_OFF, ki[0], vi[0], k_vals, k_meta, v_vals, v_meta);
 
+    if (wg == CONSUMERS) {  // the producer: block j into stage j % STAGES, two blocks' copies in flight
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(PRODUCER_REGS));
+        int k_next = nb > 0 ? ki[0] : 0, v_next = nb > 0 ? vi[0] : 0;
+        for (int j = 0; j < nb; j++) {
+            const int ke = k_next, ve = v_next;
+            if (j + 1 < nb) k_next = ki[j + 1], v_next = vi[j + 1];
+            if (j >= STAGES) bar_wait(empty + 8 * (j % STAGES), (j / STAGES - 1) & 1);
+            stage_block(sbase + STAGE_OFF + (j % STAGES) * STAGE_BYTES, ke, ve, k_vals, k_meta, v_vals, v_meta, tid % 128);
+            if (j > 0) {
+                asm volatile("cp.async.wait_group 1;" ::: "memory");
+                async_proxy_fence();
+                bar_arrive(full + 8 * ((j - 1) % STAGES));
+            }
+        }
+        if (nb > 0) {
+            asm volatile("cp.async.wait_group 0;" ::: "memory");
+            async_proxy_fence();
+            bar_arrive(full + 8 * ((nb - 1) % STAGES));
+        }
+        return;
+    }
+
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(CONSUMER_REGS));
+    const int w = (tid % 128) / 32, g = lane / 4, t = lane % 4;  // warp of the warpgroup; fragment coordinates
+    const int token0 = tile * TOKENS + wg * (ROWS / G);
+    uint8_t* q_s = smem + Q_OFF + wg * Q_BYTES;
+    const uint32_t q_a = sbase + Q_OFF + wg * Q_BYTES, p_a = sbase + P_OFF + wg * P_BYTES;
+    float* red = reinterpret_cast<float*>(smem + RED_OFF) + wg * 4 * ROWS;  // [4 warps][64 rows]
+
+    // Q^T: row r = token token0 + r / 4, head 4 hk + r % 4; 16 chunks of 8 d per row, two atoms
+    for (int u = tid % 128; u < ROWS * 16; u += 128) {
+        const int r = u / 16, c = u % 16, token = token0 + r / G;
+        uint4 x = make_uint4(0, 0, 0, 0);
+        if (token < t_len) x = *reinterpret_cast<const uint4*>(q + ((size_t)token * h_q + hk * G + r % G) * D + 8 * c);
+        *reinterpret_cast<uint4*>(q_s + (c / 8) * ROWS * 128 + sw128(r, c % 8)) = x;
+    }
     // fragments (m64n64): element 4 j + i is row 16 w + g (+ 8 for i >= 2), column 8 j + 2 t + i % 2
     float o[2][32] = {}, m[16], l[16];
     #pragma unroll
     for (int c = 0; c < 16; c++) {
-        const int col = 8 * (c / 2) + 2 * t + c % 2, token = tile * TOKENS + col / G;
-        m[c] = !STATIC_MAX ? -INFINITY : token < t_len ? bound[(size_t)token * h_q + hk * G + col % G] : 0.f;
+        const int col = 8 * (c / 2) + 2 * t + c % 2, token = token0 + col / G;
+        m[c] = token < t_len ? bound[(size_t)token * h_q + hk * G + col % G] : 0.f;
         l[c] = 0.f;
     }
+    async_proxy_fence();  // the Q^T stores, before wgmma reads them
+    group_sync(wg);
 
     for (int j = 0; j < nb; j++) {
-        uint8_t* stage = smem + STAGE_OFF + (j % STAGES) * STAGE_BYTES;
-        const uint32_t st = sbase + STAGE_OFF + (j % STAGES) * STAGE_BYTES;
-        if (j + 1 < nb) {
-            stage_block(smem + STAGE_OFF + ((j + 1) % STAGES) * STAGE_BYTES, ki[j + 1], vi[j + 1], k_vals, k_meta, v_vals, v_meta);
-            asm volatile("cp.async.wait_group 1;" ::: "memory");
-        } else {
-            asm volatile("cp.async.wait_group 0;" ::: "memory");
-        }
-        async_proxy_fence();  // this thread's copies (and the Q^T stores), then everyone's, before wgmma reads them
-        __syncthreads();
-        const uint32_t* km = reinterpret_cast<const uint32_t*>(stage + KV_BYTES + VV_BYTES);
-        const uint32_t* vm = reinterpret_cast<const uint32_t*>(stage + KV_BYTES + VV_BYTES + KM_BYTES);
+        const int stage = j % STAGES;
+        const uint32_t st = sbase + STAGE_OFF + stage * STAGE_BYTES;
+        const uint32_t* km = reinterpret_cast<const uint32_t*>(smem + STAGE_OFF + stage * STAGE_BYTES + KV_BYTES + VV_BYTES);
+        const uint32_t* vm = km + KM_BYTES / 4;
+        bar_wait(full + 8 * stage, (j / STAGES) & 1);
 
-        float s[32];
         // metadata registers before the fence: a register written between wgmmas makes ptxas wait for them (C7519)
         uint32_t ek[4];
         #pragma unroll
         for (int k = 0; k < 4; k++) ek[k] = meta_reg(km[(16 * w + g) * 4 + k], km[(16 * w + g + 8) * 4 + k], t);
+        float s[32];
         wgmma_fence();
         #pragma unroll
         for (int k = 0; k < 4; k++) {  // d 32 k .. 32 k + 31
             const uint64_t a = desc(st + 32 * k, 16, 1024, 1);
-            const uint64_t b = desc(sbase + Q_OFF + (k / 2) * ROWS * 128 + 64 * (k % 2), 16, 1024, 1);
+            const uint64_t b = desc(q_a + (k / 2) * ROWS * 128 + 64 * (k % 2), 16, 1024, 1);
             if (k == 0)
                 wgmma_sp<false>(s, a, b, ek[k]);
             else
                 wgmma_sp(s, a, b, ek[k]);
         }
         wgmma_commit();
-        wgmma_wait_all();  // also the previous block's PV: its P^T is overwritten next
+        wgmma_wait_all();  // also the previous block's PV: its stage is released, its P^T overwritten next
+        if (j > 0) bar_arrive(empty + 8 * ((j - 1) % STAGES));
 
-        if constexpr (!STATIC_MAX) {  // column (query row) maxima over this block's 64 keys
-            float mx[16];
-            #pragma unroll
-            for (int c = 0; c < 16; c++) {
-                const int i = 4 * (c / 2) + c % 2;
-                float x = fmaxf(s[i], s[i + 2]);
-                #pragma unroll
-                for (int o_ = 4; o_ < 32; o_ <<= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o_));
-                mx[c] = x;
-            }
-            if (g == 0) {
-                #pragma unroll
-                for (int c = 0; c < 16; c++) red[w * ROWS + 8 * (c / 2) + 2 * t + c % 2] = mx[c];
-            }
-            __syncthreads();
-            #pragma unroll
-            for (int c = 0; c < 16; c++) {
-                const int col = 8 * (c / 2) + 2 * t + c % 2, i = 4 * (c / 2) + c % 2;
-                const float bm = fmaxf(fmaxf(red[col], red[ROWS + col]), fmaxf(red[2 * ROWS + col], red[3 * ROWS + col]));
-                const float m_new = fmaxf(m[c], bm * scale_log2);
-                const float alpha = exp2f(m[c] - m_new);
-                m[c] = m_new;
-                l[c] *= alpha;
-                #pragma unroll
-                for (int mt = 0; mt < 2; mt++) o[mt][i] *= alpha, o[mt][i + 2] *= alpha;
-            }
-        }
         // P^T [64 rows, 64 keys] in one 128B-swizzled atom: the accumulator's 8 x 8 pieces (keys 16 w + 8 h + g,
         // rows 8 j + 2 t, + 1) stored transposed by stmatrix, four per instruction
         uint32_t pk[16];
         #pragma unroll
-        for (int j = 0; j < 8; j++)
+        for (int jj = 0; jj < 8; jj++)
             #pragma unroll
             for (int h = 0; h < 2; h++) {
-                const int i = 4 * j + 2 * h;
-                const float p0 = exp2f(s[i] * scale_log2 - m[2 * j]), p1 = exp2f(s[i + 1] * scale_log2 - m[2 * j + 1]);
-                l[2 * j] += p0;
-                l[2 * j + 1] += p1;
-                pk[2 * j + h] = pack_bf16(p0, p1);
+                const int i = 4 * jj + 2 * h;
+                const float p0 = exp2f(s[i] * scale_log2 - m[2 * jj]), p1 = exp2f(s[i + 1] * scale_log2 - m[2 * jj + 1]);
+                l[2 * jj] += p0;
+                l[2 * jj + 1] += p1;
+                pk[2 * jj + h] = pack_bf16(p0, p1);
             }
         #pragma unroll
         for (int n = 0; n < 4; n++) {
             const int piece = lane / 8, row = 8 * (2 * n + piece / 2) + lane % 8, chunk = 2 * w + piece % 2;
-            stmatrix_trans(sbase + P_OFF + row * 128 + ((chunk ^ (row % 8)) * 16), pk[4 * n], pk[4 * n + 1],
-                           pk[4 * n + 2], pk[4 * n + 3]);
+            stmatrix_trans(p_a + row * 128 + ((chunk ^ (row % 8)) * 16), pk[4 * n], pk[4 * n + 1], pk[4 * n + 2],
+                           pk[4 * n + 3]);
         }
-        async_proxy_fence();
-        __syncthreads();
-
         uint32_t ev[2][2];
         #pragma unroll
         for (int mt = 0; mt < 2; mt++)
@@ -227,18 +251,20 @@ __global__ void __launch_bounds__(128) trans_both_sp(
                 const int r0 = 64 * mt + 16 * w + g;
                 ev[mt][kk] = meta_reg(vm[r0 * 2 + kk], vm[(r0 + 8) * 2 + kk], t);
             }
+        async_proxy_fence();  // every warp's P^T stores, before the warpgroup's wgmma reads them
+        group_sync(wg);
         wgmma_fence();
         #pragma unroll
         for (int mt = 0; mt < 2; mt++)
             #pragma unroll
             for (int kk = 0; kk < 2; kk++)  // d rows 64 mt .., keys 32 kk ..
                 wgmma_sp(o[mt], desc(st + KV_BYTES + mt * 8 * 512 + kk * 256, 128, 512, 0),
-                         desc(sbase + P_OFF + 64 * kk, 16, 1024, 1), ev[mt][kk]);
-        wgmma_commit();  // left running under the next block's copy wait and S
+                         desc(p_a + 64 * kk, 16, 1024, 1), ev[mt][kk]);
+        wgmma_commit();  // left running under the next block's wait and S
     }
     wgmma_wait_all();
 
-    // l: this thread's keys -> all keys (lanes of a warp, then the four warps)
+    // l: this thread's keys -> all keys (lanes of a warp, then the warpgroup's four warps)
     #pragma unroll
     for (int c = 0; c < 16; c++)
         #pragma unroll
@@ -247,12 +273,12 @@ __global__ void __launch_bounds__(128) trans_both_sp(
         #pragma unroll
         for (int c = 0; c < 16; c++) red[w * ROWS + 8 * (c / 2) + 2 * t + c % 2] = l[c];
     }
-    __syncthreads();
+    group_sync(wg);
     #pragma unroll
     for (int c = 0; c < 16; c++) {
         const int col = 8 * (c / 2) + 2 * t + c % 2, i = 4 * (c / 2) + c % 2;
         const float total = red[col] + red[ROWS + col] + red[2 * ROWS + col] + red[3 * ROWS + col];
-        const int token = tile * TOKENS + col / G;
+        const int token = token0 + col / G;
         if (token >= t_len) continue;
         const size_t row = (size_t)token * h_q + hk * G + col % G;
         const float inv = 1.f / total;
@@ -265,39 +291,28 @@ __global__ void __launch_bounds__(128) trans_both_sp(
     }
 }
 
-template <bool STATIC_MAX>
-cudaError_t launch(const void* q, const void* k_vals, const void* k_meta, const void* v_vals, const void* v_meta,
-                   const int32_t* k_index, const int32_t* v_index, const float* bound, float* out, float* lse, int t_len,
-                   int h_kv, int nb, float scale_log2, cudaStream_t stream) {
-    static const cudaError_t attr =
-        cudaFuncSetAttribute(trans_both_sp<STATIC_MAX>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM);
+}  // namespace
+
+// 0 on success, else a cudaError_t (cudaErrorNotSupported without bound: only the static offset is built)
+extern "C" int trans_both_sp_launch(const void* q, const void* k_vals, const void* k_meta, const void* v_vals,
+                                    const void* v_meta, const int32_t* k_index, const int32_t* v_index,
+                                    const float* bound, float* out, float* lse, int t_len, int h_kv, int nb,
+                                    float scale_log2, void* stream) {
+    if (!bound) return cudaErrorNotSupported;
+    static const cudaError_t attr = cudaFuncSetAttribute(trans_both_sp, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM);
     if (attr != cudaSuccess) return attr;
     const dim3 grid((t_len + TOKENS - 1) / TOKENS, h_kv);
-    trans_both_sp<STATIC_MAX><<<grid, 128, SMEM, stream>>>(
+    trans_both_sp<<<grid, THREADS, SMEM, static_cast<cudaStream_t>(stream)>>>(
         static_cast<const __nv_bfloat16*>(q), static_cast<const uint16_t*>(k_vals), static_cast<const uint32_t*>(k_meta),
         static_cast<const uint16_t*>(v_vals), static_cast<const uint32_t*>(v_meta), k_index, v_index, bound, out, lse,
         t_len, nb, scale_log2);
     return cudaGetLastError();
 }
 
-}  // namespace
-
-// 0 on success, else a cudaError_t; bound null: the running maximum, else the static offsets (see the kernel)
-extern "C" int trans_both_sp_launch(const void* q, const void* k_vals, const void* k_meta, const void* v_vals,
-                                    const void* v_meta, const int32_t* k_index, const int32_t* v_index,
-                                    const float* bound, float* out, float* lse, int t_len, int h_kv, int nb,
-                                    float scale_log2, void* stream) {
-    const auto s = static_cast<cudaStream_t>(stream);
-    return bound ? launch<true>(q, k_vals, k_meta, v_vals, v_meta, k_index, v_index, bound, out, lse, t_len, h_kv, nb,
-                                scale_log2, s)
-                 : launch<false>(q, k_vals, k_meta, v_vals, v_meta, k_index, v_index, bound, out, lse, t_len, h_kv, nb,
-                                 scale_log2, s);
-}
-
 extern "C" int trans_both_sp_resident() {
     int n = 0;
-    if (cudaFuncSetAttribute(trans_both_sp<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM) != cudaSuccess ||
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, trans_both_sp<false>, 128, SMEM) != cudaSuccess)
+    if (cudaFuncSetAttribute(trans_both_sp, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM) != cudaSuccess ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, trans_both_sp, THREADS, SMEM) != cudaSuccess)
         return -1;
     return n;
 }
