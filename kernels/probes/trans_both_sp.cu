@@ -11,7 +11,7 @@
 // The softmax offset of each row is static (bound, log2 units, at least the row's largest score): nothing is reduced
 // across keys or rescaled before the end, so the columns of S^T (the rows) need no exchange between warps. P^T goes
 // through the consumer's own shared buffer (stmatrix .trans) as the second GEMM's B operand; a block's PV is left
-// running into the next block, whose S is issued before this block's softmax (FA3's intra-warpgroup overlap).
+// running while the next block's S is issued (the wait for S covers it, then the stage is released).
 // Layouts as measured by kernels/probes/wgmma_sp_layout.cu and wgmma_tile_layout.cu (kernels/NOTES_GPU.md).
 // Driven by kernels/probes/trans_both_sp.py (reference check and timing).
 #include <cuda_bf16.h>
@@ -79,9 +79,7 @@ __device__ __forceinline__ void wgmma_sp(float (&d)[32], uint64_t a, uint64_t b,
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
-// until at most N committed wgmma groups are pending (groups complete in order)
-template <int N>
-__device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory"); }
+__device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
     return *reinterpret_cast<uint32_t*>(&v);
@@ -200,42 +198,35 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
     async_proxy_fence();  // the Q^T stores, before wgmma reads them
     group_sync(wg);
 
-    // S^T of block jj into acc, once its stage is full: issued and committed, not waited for
-    auto issue_s = [&](int jj, float(&acc)[32]) {
-        const int stage = jj % STAGES;
+    for (int j = 0; j < nb; j++) {
+        const int stage = j % STAGES;
         const uint32_t st = sbase + STAGE_OFF + stage * STAGE_BYTES;
         const uint32_t* km = reinterpret_cast<const uint32_t*>(smem + STAGE_OFF + stage * STAGE_BYTES + KV_BYTES + VV_BYTES);
-        bar_wait(full + 8 * stage, (jj / STAGES) & 1);
+        const uint32_t* vm = km + KM_BYTES / 4;
+        bar_wait(full + 8 * stage, (j / STAGES) & 1);
+
         // metadata registers before the fence: a register written between wgmmas makes ptxas wait for them (C7519)
         uint32_t ek[4];
         #pragma unroll
         for (int k = 0; k < 4; k++) ek[k] = meta_reg(km[(16 * w + g) * 4 + k], km[(16 * w + g + 8) * 4 + k], t);
+        float s[32];
         wgmma_fence();
         #pragma unroll
         for (int k = 0; k < 4; k++) {  // d 32 k .. 32 k + 31
             const uint64_t a = desc(st + 32 * k, 16, 1024, 1);
             const uint64_t b = desc(q_a + (k / 2) * ROWS * 128 + 64 * (k % 2), 16, 1024, 1);
             if (k == 0)
-                wgmma_sp<false>(acc, a, b, ek[k]);
+                wgmma_sp<false>(s, a, b, ek[k]);
             else
-                wgmma_sp(acc, a, b, ek[k]);
+                wgmma_sp(s, a, b, ek[k]);
         }
         wgmma_commit();
-    };
-    // Block j's softmax runs while the tensor cores do S of block j + 1 (issued first) and PV of block j - 1.
-    float s[32], s_next[32];
-    if (nb > 0) {
-        issue_s(0, s);
-        wgmma_wait<0>();
-    }
-    for (int j = 0; j < nb; j++) {
-        const int stage = j % STAGES;
-        const uint32_t st = sbase + STAGE_OFF + stage * STAGE_BYTES;
-        const uint32_t* vm = reinterpret_cast<const uint32_t*>(smem + STAGE_OFF + stage * STAGE_BYTES + KV_BYTES +
-                                                               VV_BYTES + KM_BYTES);
-        if (j + 1 < nb) issue_s(j + 1, s_next);
+        wgmma_wait_all();  // also the previous block's PV: its stage is released, its P^T overwritten next
+        if (j > 0) bar_arrive(empty + 8 * ((j - 1) % STAGES));
 
-        uint32_t pk[16];  // P^T's pieces, bf16 pairs: keys 16 w + 8 h + g, rows 8 jj + 2 t, + 1
+        // P^T [64 rows, 64 keys] in one 128B-swizzled atom: the accumulator's 8 x 8 pieces (keys 16 w + 8 h + g,
+        // rows 8 j + 2 t, + 1) stored transposed by stmatrix, four per instruction
+        uint32_t pk[16];
         #pragma unroll
         for (int jj = 0; jj < 8; jj++)
             #pragma unroll
@@ -246,13 +237,6 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
                 l[2 * jj + 1] += p1;
                 pk[2 * jj + h] = pack_bf16(p0, p1);
             }
-        // block j - 1's PV done (S of j + 1 may run on): its stage is released, its P^T overwritten
-        if (j + 1 < nb)
-            wgmma_wait<1>();
-        else
-            wgmma_wait<0>();
-        if (j > 0) bar_arrive(empty + 8 * ((j - 1) % STAGES));
-        // P^T [64 rows, 64 keys] in one 128B-swizzled atom, the pieces stored transposed by stmatrix, four at a time
         #pragma unroll
         for (int n = 0; n < 4; n++) {
             const int piece = lane / 8, row = 8 * (2 * n + piece / 2) + lane % 8, chunk = 2 * w + piece % 2;
@@ -276,14 +260,9 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
             for (int kk = 0; kk < 2; kk++)  // d rows 64 mt .., keys 32 kk ..
                 wgmma_sp(o[mt], desc(st + KV_BYTES + mt * 8 * 512 + kk * 256, 128, 512, 0),
                          desc(p_a + 64 * kk, 16, 1024, 1), ev[mt][kk]);
-        wgmma_commit();
-        if (j + 1 < nb) {  // S of block j + 1 done; PV of block j runs on
-            wgmma_wait<1>();
-            #pragma unroll
-            for (int i = 0; i < 32; i++) s[i] = s_next[i];
-        }
+        wgmma_commit();  // left running under the next block's wait and S
     }
-    wgmma_wait<0>();
+    wgmma_wait_all();
 
     // l: this thread's keys -> all keys (lanes of a warp, then the warpgroup's four warps)
     #pragma unroll
