@@ -110,10 +110,6 @@ __device__ __forceinline__ void bar_wait(uint32_t bar, int parity) {
 }
 // the 128 threads of consumer warpgroup wg (named barriers 1, 2; 0 is __syncthreads')
 __device__ __forceinline__ void group_sync(int wg) { asm volatile("bar.sync %0, 128;" ::"r"(1 + wg) : "memory"); }
-// The consumers take turns at issuing wgmmas (FA3's ping-pong): warpgroup wg waits for its turn on barrier 3 + wg,
-// then passes the turn by arriving on the other's, so that one's softmax runs while the other's GEMM does.
-__device__ __forceinline__ void await_turn(int wg) { asm volatile("bar.sync %0, 256;" ::"r"(3 + wg) : "memory"); }
-__device__ __forceinline__ void pass_turn(int wg) { asm volatile("bar.arrive %0, 256;" ::"r"(4 - wg) : "memory"); }
 
 // block (entries: sparse, ~slot) of K and V into the stage at base, by the producer's 128 threads, as one commit
 // group: K values 128B-swizzled, V^T values in unswizzled core matrices (8 rows x 16 B, K-direction cores 128 B
@@ -201,7 +197,6 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
     }
     async_proxy_fence();  // the Q^T stores, before wgmma reads them
     group_sync(wg);
-    if (wg == 1 && nb > 0) pass_turn(wg);  // consumer 0 issues first; consumer 1 passes one turn fewer at the end
 
     for (int j = 0; j < nb; j++) {
         const int stage = j % STAGES;
@@ -215,7 +210,6 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
         #pragma unroll
         for (int k = 0; k < 4; k++) ek[k] = meta_reg(km[(16 * w + g) * 4 + k], km[(16 * w + g + 8) * 4 + k], t);
         float s[32];
-        await_turn(wg);
         wgmma_fence();
         #pragma unroll
         for (int k = 0; k < 4; k++) {  // d 32 k .. 32 k + 31
@@ -227,7 +221,6 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
                 wgmma_sp(s, a, b, ek[k]);
         }
         wgmma_commit();
-        pass_turn(wg);
         wgmma_wait_all();  // also the previous block's PV: its stage is released, its P^T overwritten next
         if (j > 0) bar_arrive(empty + 8 * ((j - 1) % STAGES));
 
@@ -260,7 +253,6 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
             }
         async_proxy_fence();  // every warp's P^T stores, before the warpgroup's wgmma reads them
         group_sync(wg);
-        await_turn(wg);
         wgmma_fence();
         #pragma unroll
         for (int mt = 0; mt < 2; mt++)
@@ -269,7 +261,6 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
                 wgmma_sp(o[mt], desc(st + KV_BYTES + mt * 8 * 512 + kk * 256, 128, 512, 0),
                          desc(p_a + 64 * kk, 16, 1024, 1), ev[mt][kk]);
         wgmma_commit();  // left running under the next block's wait and S
-        if (wg == 0 || j + 1 < nb) pass_turn(wg);
     }
     wgmma_wait_all();
 
