@@ -21,9 +21,7 @@
 namespace {
 
 constexpr int BS = 64, D = 128, ROWS = 64, G = 4;
-constexpr int CONSUMERS = 2, TOKENS = CONSUMERS * ROWS / G, THREADS = (CONSUMERS + 1) * 128;
-// blocks whose copies are in flight at once; stages: those, the block in S and the one in PV, one spare
-constexpr int IN_FLIGHT = 3, STAGES = IN_FLIGHT + 3;
+constexpr int CONSUMERS = 2, TOKENS = CONSUMERS * ROWS / G, THREADS = (CONSUMERS + 1) * 128, STAGES = 4;
 // registers per thread: the launch bound gives 168 to each of 12 warps; the producer warpgroup hands most of its
 // share to the consumers (setmaxnreg), as FA3 does
 constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;
@@ -153,7 +151,7 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
     const int32_t* ki = k_index + (size_t)hk * nb;
     const int32_t* vi = v_index + (size_t)hk * nb;
 
-    if (wg == CONSUMERS) {  // the producer: block j into stage j % STAGES, IN_FLIGHT blocks' copies at once
+    if (wg == CONSUMERS) {  // the producer: block j into stage j % STAGES, two blocks' copies in flight
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(PRODUCER_REGS));
         int k_next = nb > 0 ? ki[0] : 0, v_next = nb > 0 ? vi[0] : 0;
         for (int j = 0; j < nb; j++) {
@@ -161,15 +159,17 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
             if (j + 1 < nb) k_next = ki[j + 1], v_next = vi[j + 1];
             if (j >= STAGES) bar_wait(empty + 8 * (j % STAGES), (j / STAGES - 1) & 1);
             stage_block(sbase + STAGE_OFF + (j % STAGES) * STAGE_BYTES, ke, ve, k_vals, k_meta, v_vals, v_meta, tid % 128);
-            if (j >= IN_FLIGHT - 1) {
-                asm volatile("cp.async.wait_group %0;" ::"n"(IN_FLIGHT - 1) : "memory");
+            if (j > 0) {
+                asm volatile("cp.async.wait_group 1;" ::: "memory");
                 async_proxy_fence();
-                bar_arrive(full + 8 * ((j - IN_FLIGHT + 1) % STAGES));
+                bar_arrive(full + 8 * ((j - 1) % STAGES));
             }
         }
-        asm volatile("cp.async.wait_group 0;" ::: "memory");
-        async_proxy_fence();
-        for (int j = max(0, nb - IN_FLIGHT + 1); j < nb; j++) bar_arrive(full + 8 * (j % STAGES));
+        if (nb > 0) {
+            asm volatile("cp.async.wait_group 0;" ::: "memory");
+            async_proxy_fence();
+            bar_arrive(full + 8 * ((nb - 1) % STAGES));
+        }
         return;
     }
 
