@@ -185,9 +185,10 @@ def decode_attention(q: torch.Tensor, k_pool: BlockPool, v_pool: BlockPool,
 
 
 def cuda_decode(q, k_pool, v_pool, k_index, v_index, seq_lens, scale: float, splits: int, parts=None,
-                slots: int = cd.DEFAULT_SLOTS):
+                slots: int = cd.DEFAULT_SLOTS, dependent: bool | None = None):
     """Launch the CUDA decode (``cuda_decode``) on checked inputs, then Triton's combine; ``parts`` as
-    ``triton_decode``; ``slots``: ``cuda_decode.launch``'s."""
+    ``triton_decode``; ``slots``: ``cuda_decode.launch``'s. ``dependent``: the combine launched as a programmatic
+    dependent of the decode (it is scheduled while the decode's last programs run; default on sm_90 and newer)."""
     from .triton_blocks import LOG2E
 
     batch, h_q, d = q.shape
@@ -195,27 +196,30 @@ def cuda_decode(q, k_pool, v_pool, k_index, v_index, seq_lens, scale: float, spl
                                  torch.empty(batch, h_q, splits, dtype=torch.float32, device=q.device))
     cd.launch(q.contiguous(), k_pool, v_pool, k_index.contiguous(), v_index.contiguous(),
               seq_lens.to(torch.int32).contiguous(), o_part, lse_part, scale * LOG2E, splits, slots)
-    return _combine(q, o_part, lse_part, splits)
+    dependent = _sm_major(q.device) >= 9 if dependent is None else dependent
+    return _combine(q, o_part, lse_part, splits, dependent)
 
 
-def _combine(q, o_part, lse_part, splits: int):
+def _combine(q, o_part, lse_part, splits: int, dependent: bool = False):
     """Decode's per-split partials ``[B, H_q, splits, ...]`` merged into new ``out [B, H_q, D]`` / ``lse``."""
     if splits == 1:
         return o_part[:, :, 0].to(q.dtype), lse_part[:, :, 0]
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse = torch.empty(q.shape[:2], dtype=torch.float32, device=q.device)
-    _merge_splits(o_part, lse_part, out, lse)
+    _merge_splits(o_part, lse_part, out, lse, dependent)
     return out, lse
 
 
-def _merge_splits(o_part, lse_part, out, lse) -> None:
+def _merge_splits(o_part, lse_part, out, lse, dependent: bool = False) -> None:
     """``triton_decode.combine_kernel`` over partials ``[R1, R2, splits, D]`` / ``[R1, R2, splits]`` into
-    ``out [R1, R2, D]`` / ``lse [R1, R2]`` (decode: sequences x heads; prefill: tokens x heads)."""
+    ``out [R1, R2, D]`` / ``lse [R1, R2]`` (decode: sequences x heads; prefill: tokens x heads). ``dependent``: a
+    programmatic dependent launch of the kernel just launched (sm_90: griddepcontrol)."""
     from . import triton_decode as td
 
     splits, d = o_part.shape[-2:]
+    pdl = {"launch_pdl": True, "DEPENDENT": True} if dependent else {}
     td.combine_kernel[(out.shape[0] * out.shape[1],)](o_part, lse_part, out, lse, splits, D=d,
-                                                      SPLITS_P2=_next_pow2(splits))
+                                                      SPLITS_P2=_next_pow2(splits), **pdl)
 
 
 def triton_decode(q, k_pool, v_pool, k_index, v_index, seq_lens, scale: float, splits: int,

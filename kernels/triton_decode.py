@@ -17,6 +17,7 @@ blocks are unpacked in registers (the pruned positions become zeros) and go thro
 
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_wait
 
 from .triton_blocks import _DENSE, _LN2, BS, load_block, slot_offsets
 
@@ -82,8 +83,12 @@ def decode_kernel(q_ptr, k_dense, k_vals, k_meta, v_dense, v_vals, v_meta, k_ind
 
 
 @triton.jit(do_not_specialize=["splits"])
-def combine_kernel(o_part, lse_part, out, lse_out, splits, D: tl.constexpr, SPLITS_P2: tl.constexpr):
-    """Program per (seq, query head): log-sum-exp merge of its ``splits`` partial results."""
+def combine_kernel(o_part, lse_part, out, lse_out, splits, D: tl.constexpr, SPLITS_P2: tl.constexpr,
+                   DEPENDENT: tl.constexpr = False):
+    """Program per (seq, query head): log-sum-exp merge of its ``splits`` partial results. ``DEPENDENT``: launched
+    as a programmatic dependent of the kernel that writes the partials (sm_90), so it waits for that grid here."""
+    if DEPENDENT:
+        gdc_wait()
     row = tl.program_id(0).to(tl.int64)
     s = tl.arange(0, SPLITS_P2)
     cols = tl.arange(0, D)

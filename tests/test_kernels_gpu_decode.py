@@ -92,6 +92,37 @@ def test_cuda_decode_through_the_entry_point():
     assert rel_err(out, r_out) < 1e-2 and (lse - r_lse).abs().max().item() < 1e-2
 
 
+@needs_cuda_kernel
+@pytest.mark.parametrize("dependent", [False, True])
+def test_cuda_decode_combine_launch(dependent):
+    """The combine launched plainly or as a programmatic dependent of the decode (sm_90), eagerly and replayed
+    from a CUDA graph with new queries."""
+    if dependent and torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("programmatic dependent launch needs sm_90")
+    gen = torch.Generator(device="cuda")
+    gen.seed()
+    k_pool, v_pool, k_index, v_index, sl = make_case(4, 8, 128, [9000, 64, 3000, 20000], 0.5, 0.8, torch.bfloat16,
+                                                     gen, "cuda")
+    q = torch.randn(4, 32, 128, generator=gen, device="cuda").to(torch.bfloat16)
+    run = lambda: gpu.cuda_decode(q, k_pool, v_pool, k_index, v_index, sl, 0.09, 16, dependent=dependent)  # noqa: E731
+    out, lse = run()
+    r_out, r_lse = ref.decode_attention(q, k_pool, v_pool, k_index, v_index, sl, 0.09)
+    assert rel_err(out, r_out) < 1e-2 and (lse - r_lse).abs().max().item() < 1e-2
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        run()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out, lse = run()
+    q.copy_(torch.randn(4, 32, 128, generator=gen, device="cuda").to(torch.bfloat16))
+    graph.replay()
+    torch.cuda.synchronize()
+    r_out, r_lse = ref.decode_attention(q, k_pool, v_pool, k_index, v_index, sl, 0.09)
+    assert rel_err(out, r_out) < 1e-2 and (lse - r_lse).abs().max().item() < 1e-2
+
+
 @pytest.mark.parametrize("num_warps,num_stages", [(4, 2), (2, 3), (8, 2), (2, 1)])
 def test_decode_launch_options(num_warps, num_stages):
     check(CASES[0], 5, 0.09, num_warps=num_warps, num_stages=num_stages)

@@ -349,6 +349,10 @@ __global__ void __launch_bounds__(32, 1) decode_sp_kernel(
         }
         __syncwarp();  // every lane is done with V's slot: the next K step copies into it
     }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    // the combine, launched as a programmatic dependent, may be scheduled now; it waits for this grid to finish
+    asm volatile("griddepcontrol.launch_dependents;");
+#endif
 
     #pragma unroll
     for (int h = 0; h < 2; h++) {

@@ -1,6 +1,8 @@
 """The CUDA decode and cuDNN under three timings, to see what the benchmark itself adds: do_bench (a 256 MB memset
 before each call flushes L2 but leaves its dirty lines to be written back inside the timed call), a clean flush
 (the memset, then a 256 MB read pass, untimed), and the PyTorch profiler's kernel time back to back (no flush).
+Ours with the combine launched plainly and as a programmatic dependent of the decode (``gpu.cuda_decode``'s
+``dependent``).
 
     python kernels/probes/decode_timing.py
 """
@@ -56,8 +58,10 @@ for name, backend in (("cuDNN", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBacken
 del kd, vd
 for s_k, s_v, n in ((0, 1, 6), (0, 1, 8), (1, 1, 8), (0, 0, 8)):
     k_pool, v_pool, k_index, v_index, nbytes = decode_inputs(b, ctx, s_k, s_v, gen)
-    f = lambda: gpu.cuda_decode(q, k_pool, v_pool, k_index, v_index, sl, scale, n)
-    rows.append((f"ours S_K={s_k} S_V={s_v} splits {n}", bench(f), bench_clean(f), kernel_ms(f)))
+    for dep in (False, True):
+        f = lambda: gpu.cuda_decode(q, k_pool, v_pool, k_index, v_index, sl, scale, n, dependent=dep)  # noqa: E731
+        rows.append((f"ours S_K={s_k} S_V={s_v} splits {n}{', dependent combine' if dep else ''}", bench(f),
+                     bench_clean(f), kernel_ms(f)))
 base = rows[0]
 print("| kernel | do_bench (memset flush) ms | x cuDNN | clean flush ms | x cuDNN | profiler, no flush ms | x cuDNN |")
 print("|---|---|---|---|---|---|---|")
