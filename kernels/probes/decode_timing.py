@@ -1,22 +1,29 @@
-"""The CUDA decode and cuDNN under three timings, to see what the benchmark itself adds: do_bench (a 256 MB memset
-before each call flushes L2 but leaves its dirty lines to be written back inside the timed call), a clean flush
-(the memset, then a 256 MB read pass, untimed), and the PyTorch profiler's kernel time back to back (no flush).
-Ours with the combine launched plainly and as a programmatic dependent of the decode (``gpu.cuda_decode``'s
-``dependent``).
+"""The CUDA decode against cuDNN (B=8, 32K, Llama-3.1-8B heads), beyond kernels/bench_gpu.py's one timing.
 
-    python kernels/probes/decode_timing.py
+Default: three timings, to see what the benchmark itself adds: do_bench (a 256 MB memset before each call flushes L2
+but leaves its dirty lines to be written back inside the timed call), a clean flush (the memset, then a 256 MB read
+pass, untimed), and the PyTorch profiler's kernel time back to back (no flush); ours with the combine launched
+plainly and as a programmatic dependent of the decode (``gpu.cuda_decode``'s ``dependent``).
+``--splits``: split counts 4-11 around the wave model's pick, by do_bench, and the profiler's time per kernel.
+
+    python kernels/probes/decode_timing.py [--splits]
 """
+
+import argparse
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
-from torch.profiler import profile, ProfilerActivity
+from torch.profiler import ProfilerActivity, profile
+
 from hs_kernels import gpu
-from hs_kernels.bench_gpu import decode_inputs, bench, H_Q, H_KV, D, DT
+from hs_kernels.bench_gpu import D, DT, H_KV, H_Q, bench, decode_inputs
+
+B, CTX = 8, 32768
 
 
 def bench_clean(fn, reps=200):
-    """median ms; before each call a 256 MB memset, then a 256 MB read pass (its dirty lines written back untimed)"""
+    """Median ms; before each call a 256 MB memset, then a 256 MB read pass (its dirty lines written back untimed)."""
     a = torch.empty(256 << 20, dtype=torch.int8, device="cuda")
     r = torch.ones(64 << 20, device="cuda")
     for _ in range(10):
@@ -35,35 +42,67 @@ def bench_clean(fn, reps=200):
     return x[len(x) // 2]
 
 
-def kernel_ms(fn):
+def kernels(fn, reps=30):
+    """The PyTorch profiler's per-kernel records of ``reps`` calls back to back."""
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(30):
+        for _ in range(reps):
             fn()
         torch.cuda.synchronize()
-    return sum(e.device_time_total for e in prof.key_averages()) / 30 / 1000
+    return [e for e in prof.key_averages() if e.device_time_total > 0]
 
 
-gen = torch.Generator(device="cuda")
-gen.manual_seed(0)
-b, ctx = 8, 32768
-q = torch.randn(b, H_Q, D, generator=gen, device="cuda").to(DT)
-sl = torch.full((b,), ctx, dtype=torch.int32, device="cuda")
-scale = D ** -0.5
-kd, vd = (torch.randn(b, H_KV, ctx, D, generator=gen, device="cuda").to(DT) for _ in range(2))
-rows = []
-for name, backend in (("cuDNN", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)):
-    with sdpa_kernel([backend]):
-        f = lambda: F.scaled_dot_product_attention(q[:, :, None], kd, vd, enable_gqa=True)
-        rows.append((name, bench(f), bench_clean(f), kernel_ms(f)))
-del kd, vd
-for s_k, s_v, n in ((0, 1, 6), (0, 1, 8), (1, 1, 8), (0, 0, 8)):
-    k_pool, v_pool, k_index, v_index, nbytes = decode_inputs(b, ctx, s_k, s_v, gen)
-    for dep in (False, True):
-        f = lambda: gpu.cuda_decode(q, k_pool, v_pool, k_index, v_index, sl, scale, n, dependent=dep)  # noqa: E731
-        rows.append((f"ours S_K={s_k} S_V={s_v} splits {n}{', dependent combine' if dep else ''}", bench(f),
-                     bench_clean(f), kernel_ms(f)))
-base = rows[0]
-print("| kernel | do_bench (memset flush) ms | x cuDNN | clean flush ms | x cuDNN | profiler, no flush ms | x cuDNN |")
-print("|---|---|---|---|---|---|---|")
-for name, a, c, k in rows:
-    print(f"| {name} | {a:.4f} | {base[1] / a:.3f} | {c:.4f} | {base[2] / c:.3f} | {k:.4f} | {base[3] / k:.3f} |")
+def kernel_ms(fn, reps=30):
+    """The GPU time of one call, every kernel it launches summed."""
+    return sum(e.device_time_total for e in kernels(fn, reps)) / reps / 1000
+
+
+def timings(q, sl, sdpa, gen):
+    rows = []
+    for name, backend in (("cuDNN", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)):
+        with sdpa_kernel([backend]):
+            rows.append((name, bench(sdpa), bench_clean(sdpa), kernel_ms(sdpa)))
+    for s_k, s_v, n in ((0, 1, 6), (0, 1, 8), (1, 1, 8), (0, 0, 8)):
+        k_pool, v_pool, k_index, v_index, _ = decode_inputs(B, CTX, s_k, s_v, gen)
+        for dep in (False, True):
+            f = lambda: gpu.cuda_decode(q, k_pool, v_pool, k_index, v_index, sl, D ** -0.5, n, dependent=dep)  # noqa: E731
+            rows.append((f"ours S_K={s_k} S_V={s_v} splits {n}{', dependent combine' if dep else ''}", bench(f),
+                         bench_clean(f), kernel_ms(f)))
+    base = rows[0]
+    print("| kernel | do_bench (memset flush) ms | x cuDNN | clean flush ms | x cuDNN | profiler, no flush ms | x cuDNN |")
+    print("|---|---|---|---|---|---|---|")
+    for name, a, c, k in rows:
+        print(f"| {name} | {a:.4f} | {base[1] / a:.3f} | {c:.4f} | {base[2] / c:.3f} | {k:.4f} | {base[3] / k:.3f} |")
+
+
+def splits(q, sl, sdpa, gen):
+    with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+        cudnn = bench(sdpa)
+    print(f"cuDNN {cudnn:.4f} ms")
+    for s_k, s_v in ((0, 1), (1, 1), (0, 0)):
+        k_pool, v_pool, k_index, v_index, _ = decode_inputs(B, CTX, s_k, s_v, gen)
+        run = lambda n: gpu.cuda_decode(q, k_pool, v_pool, k_index, v_index, sl, D ** -0.5, n)  # noqa: E731
+        row = []
+        for n in range(4, 12):
+            ms = bench(lambda: run(n))
+            row.append(f"{n}:{ms:.4f}({cudnn / ms:.3f}x)")
+        print(f"S_K={s_k} S_V={s_v} splits:ms " + " ".join(row), flush=True)
+        for n in (6, 8):
+            parts = ", ".join(f"{e.key[:40]}={e.device_time_total / e.count / 1000:.4f}" for e in kernels(lambda: run(n)))
+            print(f"  splits {n} per-kernel ms: {parts}", flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--splits", action="store_true", help="the split-count sweep instead of the three timings")
+    args = ap.parse_args()
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(0)
+    q = torch.randn(B, H_Q, D, generator=gen, device="cuda").to(DT)
+    sl = torch.full((B,), CTX, dtype=torch.int32, device="cuda")
+    kd, vd = (torch.randn(B, H_KV, CTX, D, generator=gen, device="cuda").to(DT) for _ in range(2))
+    sdpa = lambda: F.scaled_dot_product_attention(q[:, :, None], kd, vd, enable_gqa=True)  # noqa: E731
+    (splits if args.splits else timings)(q, sl, sdpa, gen)
+
+
+if __name__ == "__main__":
+    main()
