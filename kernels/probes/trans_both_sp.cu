@@ -79,9 +79,7 @@ __device__ __forceinline__ void wgmma_sp(float (&d)[32], uint64_t a, uint64_t b,
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
-// until at most N committed wgmma groups are pending (groups complete in order)
-template <int N>
-__device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory"); }
+__device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
     return *reinterpret_cast<uint32_t*>(&v);
@@ -200,54 +198,45 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
     async_proxy_fence();  // the Q^T stores, before wgmma reads them
     group_sync(wg);
 
-    // S^T of block j into acc once its stage is full: issued and committed, not waited for
-    auto issue_s = [&](int j, float(&acc)[32]) {
+    for (int j = 0; j < nb; j++) {
         const int stage = j % STAGES;
         const uint32_t st = sbase + STAGE_OFF + stage * STAGE_BYTES;
         const uint32_t* km = reinterpret_cast<const uint32_t*>(smem + STAGE_OFF + stage * STAGE_BYTES + KV_BYTES + VV_BYTES);
+        const uint32_t* vm = km + KM_BYTES / 4;
         bar_wait(full + 8 * stage, (j / STAGES) & 1);
+
         // metadata registers before the fence: a register written between wgmmas makes ptxas wait for them (C7519)
         uint32_t ek[4];
         #pragma unroll
         for (int k = 0; k < 4; k++) ek[k] = meta_reg(km[(16 * w + g) * 4 + k], km[(16 * w + g + 8) * 4 + k], t);
+        float s[32];
         wgmma_fence();
         #pragma unroll
         for (int k = 0; k < 4; k++) {  // d 32 k .. 32 k + 31
             const uint64_t a = desc(st + 32 * k, 16, 1024, 1);
             const uint64_t b = desc(q_a + (k / 2) * ROWS * 128 + 64 * (k % 2), 16, 1024, 1);
             if (k == 0)
-                wgmma_sp<false>(acc, a, b, ek[k]);
+                wgmma_sp<false>(s, a, b, ek[k]);
             else
-                wgmma_sp(acc, a, b, ek[k]);
+                wgmma_sp(s, a, b, ek[k]);
         }
         wgmma_commit();
-    };
-    // Block j, whose S^T is in cur: S of block j + 1 is issued into next first, so the tensor cores run it (and
-    // block j - 1's PV) under this block's exponentials; the two accumulators alternate (no copy between them).
-    auto step = [&](int j, float(&cur)[32], float(&next)[32]) {
-        const int stage = j % STAGES;
-        const uint32_t st = sbase + STAGE_OFF + stage * STAGE_BYTES;
-        const uint32_t* vm = reinterpret_cast<const uint32_t*>(smem + STAGE_OFF + stage * STAGE_BYTES + KV_BYTES +
-                                                               VV_BYTES + KM_BYTES);
-        if (j + 1 < nb) issue_s(j + 1, next);
-        uint32_t pk[16];  // P^T's 8 x 8 pieces, bf16 pairs: keys 16 w + 8 h + g, rows 8 jj + 2 t, + 1
+        wgmma_wait_all();  // also the previous block's PV: its stage is released, its P^T overwritten next
+        if (j > 0) bar_arrive(empty + 8 * ((j - 1) % STAGES));
+
+        // P^T [64 rows, 64 keys] in one 128B-swizzled atom: the accumulator's 8 x 8 pieces (keys 16 w + 8 h + g,
+        // rows 8 j + 2 t, + 1) stored transposed by stmatrix, four per instruction
+        uint32_t pk[16];
         #pragma unroll
         for (int jj = 0; jj < 8; jj++)
             #pragma unroll
             for (int h = 0; h < 2; h++) {
                 const int i = 4 * jj + 2 * h;
-                const float p0 = exp2f(cur[i] * scale_log2 - m[2 * jj]), p1 = exp2f(cur[i + 1] * scale_log2 - m[2 * jj + 1]);
+                const float p0 = exp2f(s[i] * scale_log2 - m[2 * jj]), p1 = exp2f(s[i + 1] * scale_log2 - m[2 * jj + 1]);
                 l[2 * jj] += p0;
                 l[2 * jj + 1] += p1;
                 pk[2 * jj + h] = pack_bf16(p0, p1);
             }
-        // block j - 1's PV done (S of block j + 1 may run on): its stage is released, its P^T overwritten
-        if (j + 1 < nb)
-            wgmma_wait<1>();
-        else
-            wgmma_wait<0>();
-        if (j > 0) bar_arrive(empty + 8 * ((j - 1) % STAGES));
-        // P^T [64 rows, 64 keys] in one 128B-swizzled atom, the pieces stored transposed by stmatrix, four at a time
         #pragma unroll
         for (int n = 0; n < 4; n++) {
             const int piece = lane / 8, row = 8 * (2 * n + piece / 2) + lane % 8, chunk = 2 * w + piece % 2;
@@ -271,19 +260,9 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
             for (int kk = 0; kk < 2; kk++)  // d rows 64 mt .., keys 32 kk ..
                 wgmma_sp(o[mt], desc(st + KV_BYTES + mt * 8 * 512 + kk * 256, 128, 512, 0),
                          desc(p_a + 64 * kk, 16, 1024, 1), ev[mt][kk]);
-        wgmma_commit();
-        if (j + 1 < nb) wgmma_wait<1>();  // S of block j + 1 done; this block's PV runs on
-    };
-    float s0[32], s1[32];
-    if (nb > 0) {
-        issue_s(0, s0);
-        wgmma_wait<0>();
+        wgmma_commit();  // left running under the next block's wait and S
     }
-    for (int j = 0; j < nb; j += 2) {
-        step(j, s0, s1);
-        if (j + 1 < nb) step(j + 1, s1, s0);
-    }
-    wgmma_wait<0>();
+    wgmma_wait_all();
 
     // l: this thread's keys -> all keys (lanes of a warp, then the warpgroup's four warps)
     #pragma unroll
