@@ -166,8 +166,8 @@ class HSAttnBackend(AttentionBackend):
         s = cfg.sparsity(op)
         first = -(-prefix_len // BLOCK_SIZE)  # first block wholly in the chunk
         skip = first * BLOCK_SIZE - prefix_len  # the chunk's tokens in the prefix's last block
-        no_candidate = eligible_range(seq_len, cfg.sink_tokens, cfg.window_tokens)[1] <= first  # e.g. a question
-        if s == 0.0 or seq_len < BLOCK_SIZE or skip >= x.shape[0] or no_candidate:
+        # no block wholly in the chunk may become sparse: a question in the window, a chunk inside one block, ...
+        if s == 0.0 or eligible_range(seq_len, cfg.sink_tokens, cfg.window_tokens)[1] <= first:
             return x
         blocks = to_blocks(x[skip:])  # [n_r, nb - first, 64, D]
         mask = element_mask(blocks, op)
