@@ -13,18 +13,25 @@
 // through the consumer's own shared buffer (stmatrix .trans) as the second GEMM's B operand; a block's PV is left
 // running while the next block's S is issued (the wait for S covers it, then the stage is released).
 // Layouts as measured by kernels/probes/wgmma_sp_layout.cu and wgmma_tile_layout.cu (kernels/NOTES_GPU.md).
-// Driven by kernels/probes/trans_both_sp.py (reference check and timing).
+// Driven by kernels/probes/trans_both_sp.py (reference check and timing). Ablations, to see which part sets the time
+// (results then wrong): -DHS_NO_COPY (the producer copies nothing), -DHS_NO_S, -DHS_NO_EXP (an FMA in place of each
+// exponential), -DHS_NO_PV (the wgmmas of each part left out).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <cstdint>
 
 namespace {
 
+#ifndef HS_CONSUMERS
+#define HS_CONSUMERS 3
+#endif
 constexpr int BS = 64, D = 128, ROWS = 64, G = 4;
-constexpr int CONSUMERS = 2, TOKENS = CONSUMERS * ROWS / G, THREADS = (CONSUMERS + 1) * 128, STAGES = 4;
-// registers per thread: the launch bound gives 168 to each of 12 warps; the producer warpgroup hands most of its
-// share to the consumers (setmaxnreg), as FA3 does
-constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;
+constexpr int CONSUMERS = HS_CONSUMERS, TOKENS = CONSUMERS * ROWS / G, THREADS = (CONSUMERS + 1) * 128, STAGES = 4;
+// registers per thread: the producer warpgroup hands most of its share of the SM's 64K to the consumers
+// (setmaxnreg, in steps of 8, at most 240), as FA3 does; ptxas allocates the consumer's code to that count
+constexpr int PRODUCER_REGS = CONSUMERS == 2 ? 40 : 24;
+constexpr int CONSUMER_REGS = (65536 / 128 - PRODUCER_REGS) / CONSUMERS / 8 * 8 > 240 ? 240
+                              : (65536 / 128 - PRODUCER_REGS) / CONSUMERS / 8 * 8;
 // shared memory (bytes): 128B-swizzled operands 1024-aligned first
 constexpr int Q_BYTES = ROWS * D * 2;  // per consumer, Q^T as B: [64 rows, 128 d], two 64-element atoms along d
 constexpr int P_BYTES = ROWS * BS * 2;  // per consumer, P^T as B: [64 rows, 64 keys], one atom
@@ -77,6 +84,13 @@ __device__ __forceinline__ void wgmma_sp(float (&d)[32], uint64_t a, uint64_t b,
 #undef HS_WGMMA_SP
 }
 
+// 2^x flushed to 0 below 2^-126: one MUFU.EX2 (exp2f adds a range fix-up of four instructions per element)
+__device__ __forceinline__ float exp2_ftz(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
@@ -120,6 +134,7 @@ __device__ __forceinline__ void stage_block(uint32_t base, int k_entry, int v_en
     const size_t ks = (size_t)(~k_entry), vs = (size_t)(~v_entry);
     const uint8_t* kv = reinterpret_cast<const uint8_t*>(k_vals + ks * BS * D / 2);
     const uint8_t* vv = reinterpret_cast<const uint8_t*>(v_vals + vs * D * BS / 2);
+#ifndef HS_NO_COPY
     #pragma unroll 4
     for (int u = pt; u < KV_BYTES / 16; u += 128) cp16(base + sw128(u / 8, u % 8), kv + 16 * u);  // 64 rows x 8
     #pragma unroll 4
@@ -129,6 +144,7 @@ __device__ __forceinline__ void stage_block(uint32_t base, int k_entry, int v_en
     const uint8_t* vm = reinterpret_cast<const uint8_t*>(v_meta + vs * D * BS / 32);
     for (int u = pt; u < KM_BYTES / 16; u += 128) cp16(base + KV_BYTES + VV_BYTES + 16 * u, km + 16 * u);
     for (int u = pt; u < VM_BYTES / 16; u += 128) cp16(base + KV_BYTES + VV_BYTES + KM_BYTES + 16 * u, vm + 16 * u);
+#endif
     asm volatile("cp.async.commit_group;");
 }
 
@@ -198,19 +214,29 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
     async_proxy_fence();  // the Q^T stores, before wgmma reads them
     group_sync(wg);
 
+    // The 2:4 metadata operands are ordinary registers: one written while any wgmma is in flight makes ptxas
+    // serialize the wgmmas (C7513), so they are set only where none is: block j's S metadata (ek) at the end of
+    // block j - 1's softmax, once its stage is full.
+    uint32_t ek[4];
+    auto k_meta_regs = [&](int j) {
+        const int stage = j % STAGES;
+        const uint32_t* km = reinterpret_cast<const uint32_t*>(smem + STAGE_OFF + stage * STAGE_BYTES + KV_BYTES + VV_BYTES);
+        bar_wait(full + 8 * stage, (j / STAGES) & 1);
+        #pragma unroll
+        for (int k = 0; k < 4; k++) ek[k] = meta_reg(km[(16 * w + g) * 4 + k], km[(16 * w + g + 8) * 4 + k], t);
+    };
+    if (nb > 0) k_meta_regs(0);
     for (int j = 0; j < nb; j++) {
         const int stage = j % STAGES;
         const uint32_t st = sbase + STAGE_OFF + stage * STAGE_BYTES;
-        const uint32_t* km = reinterpret_cast<const uint32_t*>(smem + STAGE_OFF + stage * STAGE_BYTES + KV_BYTES + VV_BYTES);
-        const uint32_t* vm = km + KM_BYTES / 4;
-        bar_wait(full + 8 * stage, (j / STAGES) & 1);
-
-        // metadata registers before the fence: a register written between wgmmas makes ptxas wait for them (C7519)
-        uint32_t ek[4];
-        #pragma unroll
-        for (int k = 0; k < 4; k++) ek[k] = meta_reg(km[(16 * w + g) * 4 + k], km[(16 * w + g + 8) * 4 + k], t);
+        const uint32_t* vm =
+            reinterpret_cast<const uint32_t*>(smem + STAGE_OFF + stage * STAGE_BYTES + KV_BYTES + VV_BYTES + KM_BYTES);
         float s[32];
         wgmma_fence();
+#ifdef HS_NO_S
+        #pragma unroll
+        for (int i = 0; i < 32; i++) s[i] = __uint_as_float(ek[i % 4] & 0x3f00ffffu);
+#else
         #pragma unroll
         for (int k = 0; k < 4; k++) {  // d 32 k .. 32 k + 31
             const uint64_t a = desc(st + 32 * k, 16, 1024, 1);
@@ -220,6 +246,7 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
             else
                 wgmma_sp(s, a, b, ek[k]);
         }
+#endif
         wgmma_commit();
         wgmma_wait_all();  // also the previous block's PV: its stage is released, its P^T overwritten next
         if (j > 0) bar_arrive(empty + 8 * ((j - 1) % STAGES));
@@ -232,7 +259,12 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
             #pragma unroll
             for (int h = 0; h < 2; h++) {
                 const int i = 4 * jj + 2 * h;
-                const float p0 = exp2f(s[i] * scale_log2 - m[2 * jj]), p1 = exp2f(s[i + 1] * scale_log2 - m[2 * jj + 1]);
+#ifdef HS_NO_EXP
+                const float p0 = s[i] * scale_log2 - m[2 * jj], p1 = s[i + 1] * scale_log2 - m[2 * jj + 1];
+#else
+                const float p0 = exp2_ftz(s[i] * scale_log2 - m[2 * jj]);
+                const float p1 = exp2_ftz(s[i + 1] * scale_log2 - m[2 * jj + 1]);
+#endif
                 l[2 * jj] += p0;
                 l[2 * jj + 1] += p1;
                 pk[2 * jj + h] = pack_bf16(p0, p1);
@@ -251,15 +283,18 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
                 const int r0 = 64 * mt + 16 * w + g;
                 ev[mt][kk] = meta_reg(vm[r0 * 2 + kk], vm[(r0 + 8) * 2 + kk], t);
             }
+        if (j + 1 < nb) k_meta_regs(j + 1);
         async_proxy_fence();  // every warp's P^T stores, before the warpgroup's wgmma reads them
         group_sync(wg);
         wgmma_fence();
+#ifndef HS_NO_PV
         #pragma unroll
         for (int mt = 0; mt < 2; mt++)
             #pragma unroll
             for (int kk = 0; kk < 2; kk++)  // d rows 64 mt .., keys 32 kk ..
                 wgmma_sp(o[mt], desc(st + KV_BYTES + mt * 8 * 512 + kk * 256, 128, 512, 0),
                          desc(p_a + 64 * kk, 16, 1024, 1), ev[mt][kk]);
+#endif
         wgmma_commit();  // left running under the next block's wait and S
     }
     wgmma_wait_all();

@@ -5,7 +5,7 @@ pool slots, then times it on Llama-3.1-8B attention (32 / 8 heads, d 128, bf16) 
 Both softmax forms are run where the source builds them: the running maximum (the single-warpgroup versions in git
 history), and a static offset per query row (``static_bound``).
 
-    python kernels/probes/trans_both_sp.py [--tokens 8192] [--prefix 32768] [--source other.cu]
+    python kernels/probes/trans_both_sp.py [--tokens 8192] [--prefix 32768] [--source other.cu] [--define HS_NO_EXP]
 """
 
 import argparse
@@ -30,11 +30,11 @@ NOT_BUILT = 801  # cudaErrorNotSupported: the source does not build this softmax
 D, G = 128, 4
 
 
-def build(source: Path = SOURCE) -> ctypes.CDLL:
+def build(source: Path = SOURCE, defines: tuple[str, ...] = ()) -> ctypes.CDLL:
     so = Path(tempfile.mkdtemp()) / "trans_both_sp.so"
     # ptxas's performance advisories (C75xx) are kept out of the measurement's output; a failed build shows them
     proc = subprocess.run(["nvcc", "-gencode", "arch=compute_90a,code=sm_90a", "-O3", "-shared", "-Xcompiler", "-fPIC",
-                           "-o", str(so), str(source)], capture_output=True, text=True)
+                           *(f"-D{d}" for d in defines), "-o", str(so), str(source)], capture_output=True, text=True)
     if proc.returncode:
         raise RuntimeError(f"nvcc failed on {source}: {proc.stderr[-2000:]}")
     lib = ctypes.CDLL(str(so))
@@ -142,10 +142,12 @@ def main():
     ap.add_argument("--tokens", type=int, default=8192)
     ap.add_argument("--prefix", type=int, default=32768)
     ap.add_argument("--source", type=Path, default=SOURCE, help="another version of trans_both_sp.cu (same exports)")
+    ap.add_argument("--define", action="append", default=[], help="a macro for nvcc, e.g. one of the source's ablations")
     args = ap.parse_args()
     gen = torch.Generator(device="cuda")
     gen.manual_seed(0)
-    lib = build(args.source)
+    print(f"source {args.source}, defines {args.define}", flush=True)
+    lib = build(args.source, tuple(args.define))
     check(lib, gen)
     bench(lib, gen, args.tokens, args.prefix)
 
