@@ -25,11 +25,8 @@ namespace {
 #ifndef HS_CONSUMERS
 #define HS_CONSUMERS 3
 #endif
-#ifndef HS_STAGES
-#define HS_STAGES 4
-#endif
 constexpr int BS = 64, D = 128, ROWS = 64, G = 4;
-constexpr int CONSUMERS = HS_CONSUMERS, TOKENS = CONSUMERS * ROWS / G, THREADS = (CONSUMERS + 1) * 128, STAGES = HS_STAGES;
+constexpr int CONSUMERS = HS_CONSUMERS, TOKENS = CONSUMERS * ROWS / G, THREADS = (CONSUMERS + 1) * 128, STAGES = 4;
 // registers per thread: the producer warpgroup hands most of its share of the SM's 64K to the consumers
 // (setmaxnreg, in steps of 8, at most 240), as FA3 does; ptxas allocates the consumer's code to that count
 constexpr int PRODUCER_REGS = CONSUMERS == 2 ? 40 : 24;
@@ -37,8 +34,8 @@ constexpr int CONSUMER_REGS = (65536 / 128 - PRODUCER_REGS) / CONSUMERS / 8 * 8 
                               : (65536 / 128 - PRODUCER_REGS) / CONSUMERS / 8 * 8;
 // shared memory (bytes): 128B-swizzled operands 1024-aligned first
 constexpr int Q_BYTES = ROWS * D * 2;  // per consumer, Q^T as B: [64 rows, 128 d], two 64-element atoms along d
-constexpr int P_BYTES = ROWS * BS * 2;  // per consumer, two of them, P^T as B: [64 rows, 64 keys], one atom
-constexpr int Q_OFF = 0, P_OFF = Q_OFF + CONSUMERS * Q_BYTES, STAGE_OFF = P_OFF + CONSUMERS * 2 * P_BYTES;
+constexpr int P_BYTES = ROWS * BS * 2;  // per consumer, P^T as B: [64 rows, 64 keys], one atom
+constexpr int Q_OFF = 0, P_OFF = Q_OFF + CONSUMERS * Q_BYTES, STAGE_OFF = P_OFF + CONSUMERS * P_BYTES;
 constexpr int KV_BYTES = BS * D, VV_BYTES = D * BS, KM_BYTES = BS * D / 8, VM_BYTES = D * BS / 8;  // per block
 constexpr int STAGE_BYTES = KV_BYTES + VV_BYTES + KM_BYTES + VM_BYTES;  // 18 KB, a multiple of 1024
 constexpr int RED_OFF = STAGE_OFF + STAGES * STAGE_BYTES;  // per consumer [4 warps][64 rows] float
@@ -96,9 +93,7 @@ __device__ __forceinline__ float exp2_ftz(float x) {
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
-// until at most N committed groups are pending (groups complete in order)
-template <int N>
-__device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory"); }
+__device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
     return *reinterpret_cast<uint32_t*>(&v);
@@ -198,7 +193,7 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
     const int w = (tid % 128) / 32, g = lane / 4, t = lane % 4;  // warp of the warpgroup; fragment coordinates
     const int token0 = tile * TOKENS + wg * (ROWS / G);
     uint8_t* q_s = smem + Q_OFF + wg * Q_BYTES;
-    const uint32_t q_a = sbase + Q_OFF + wg * Q_BYTES, p_a = sbase + P_OFF + wg * 2 * P_BYTES;
+    const uint32_t q_a = sbase + Q_OFF + wg * Q_BYTES, p_a = sbase + P_OFF + wg * P_BYTES;
     float* red = reinterpret_cast<float*>(smem + RED_OFF) + wg * 4 * ROWS;  // [4 warps][64 rows]
 
     // Q^T: row r = token token0 + r / 4, head 4 hk + r % 4; 16 chunks of 8 d per row, two atoms
@@ -220,9 +215,9 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
     group_sync(wg);
 
     // The 2:4 metadata operands are ordinary registers: one written while any wgmma is in flight makes ptxas
-    // serialize the wgmmas (C7513), so they are set only where none is, at the end of each step: block j + 1's V
-    // metadata (ev) and block j + 2's K metadata (ek), once its stage is full.
-    uint32_t ek[4], ev[2][2];
+    // serialize the wgmmas (C7513), so they are set only where none is: block j's S metadata (ek) at the end of
+    // block j - 1's softmax, once its stage is full.
+    uint32_t ek[4];
     auto k_meta_regs = [&](int j) {
         const int stage = j % STAGES;
         const uint32_t* km = reinterpret_cast<const uint32_t*>(smem + STAGE_OFF + stage * STAGE_BYTES + KV_BYTES + VV_BYTES);
@@ -230,20 +225,13 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
         #pragma unroll
         for (int k = 0; k < 4; k++) ek[k] = meta_reg(km[(16 * w + g) * 4 + k], km[(16 * w + g + 8) * 4 + k], t);
     };
-    auto v_meta_regs = [&](int j) {  // block j's stage is full (its K metadata was read after the wait)
-        const uint32_t* vm = reinterpret_cast<const uint32_t*>(smem + STAGE_OFF + (j % STAGES) * STAGE_BYTES + KV_BYTES +
-                                                               VV_BYTES + KM_BYTES);
-        #pragma unroll
-        for (int mt = 0; mt < 2; mt++)
-            #pragma unroll
-            for (int kk = 0; kk < 2; kk++) {
-                const int r0 = 64 * mt + 16 * w + g;
-                ev[mt][kk] = meta_reg(vm[r0 * 2 + kk], vm[(r0 + 8) * 2 + kk], t);
-            }
-    };
-    float s[32];
-    auto issue_s = [&](int j) {  // S^T of block j into s, committed
-        const uint32_t st = sbase + STAGE_OFF + (j % STAGES) * STAGE_BYTES;
+    if (nb > 0) k_meta_regs(0);
+    for (int j = 0; j < nb; j++) {
+        const int stage = j % STAGES;
+        const uint32_t st = sbase + STAGE_OFF + stage * STAGE_BYTES;
+        const uint32_t* vm =
+            reinterpret_cast<const uint32_t*>(smem + STAGE_OFF + stage * STAGE_BYTES + KV_BYTES + VV_BYTES + KM_BYTES);
+        float s[32];
         wgmma_fence();
 #ifdef HS_NO_S
         #pragma unroll
@@ -260,10 +248,11 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
         }
 #endif
         wgmma_commit();
-    };
-    // P^T of block j [64 rows, 64 keys] into buffer j % 2, one 128B-swizzled atom: the accumulator's 8 x 8 pieces
-    // (keys 16 w + 8 h + g, rows 8 jj + 2 t, + 1) stored transposed by stmatrix, four per instruction
-    auto softmax = [&](int j) {
+        wgmma_wait_all();  // also the previous block's PV: its stage is released, its P^T overwritten next
+        if (j > 0) bar_arrive(empty + 8 * ((j - 1) % STAGES));
+
+        // P^T [64 rows, 64 keys] in one 128B-swizzled atom: the accumulator's 8 x 8 pieces (keys 16 w + 8 h + g,
+        // rows 8 j + 2 t, + 1) stored transposed by stmatrix, four per instruction
         uint32_t pk[16];
         #pragma unroll
         for (int jj = 0; jj < 8; jj++)
@@ -280,57 +269,35 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
                 l[2 * jj + 1] += p1;
                 pk[2 * jj + h] = pack_bf16(p0, p1);
             }
-        const uint32_t p = p_a + (j % 2) * P_BYTES;
         #pragma unroll
         for (int n = 0; n < 4; n++) {
             const int piece = lane / 8, row = 8 * (2 * n + piece / 2) + lane % 8, chunk = 2 * w + piece % 2;
-            stmatrix_trans(p + row * 128 + ((chunk ^ (row % 8)) * 16), pk[4 * n], pk[4 * n + 1], pk[4 * n + 2],
+            stmatrix_trans(p_a + row * 128 + ((chunk ^ (row % 8)) * 16), pk[4 * n], pk[4 * n + 1], pk[4 * n + 2],
                            pk[4 * n + 3]);
         }
-    };
-    auto issue_pv = [&](int j) {  // O^T += V^T . P^T of block j, committed
-        const uint32_t st = sbase + STAGE_OFF + (j % STAGES) * STAGE_BYTES, p = p_a + (j % 2) * P_BYTES;
+        uint32_t ev[2][2];
+        #pragma unroll
+        for (int mt = 0; mt < 2; mt++)
+            #pragma unroll
+            for (int kk = 0; kk < 2; kk++) {
+                const int r0 = 64 * mt + 16 * w + g;
+                ev[mt][kk] = meta_reg(vm[r0 * 2 + kk], vm[(r0 + 8) * 2 + kk], t);
+            }
+        if (j + 1 < nb) k_meta_regs(j + 1);
+        async_proxy_fence();  // every warp's P^T stores, before the warpgroup's wgmma reads them
+        group_sync(wg);
         wgmma_fence();
 #ifndef HS_NO_PV
         #pragma unroll
         for (int mt = 0; mt < 2; mt++)
             #pragma unroll
             for (int kk = 0; kk < 2; kk++)  // d rows 64 mt .., keys 32 kk ..
-                wgmma_sp(o[mt], desc(st + KV_BYTES + mt * 8 * 512 + kk * 256, 128, 512, 0), desc(p + 64 * kk, 16, 1024, 1),
-                         ev[mt][kk]);
+                wgmma_sp(o[mt], desc(st + KV_BYTES + mt * 8 * 512 + kk * 256, 128, 512, 0),
+                         desc(p_a + 64 * kk, 16, 1024, 1), ev[mt][kk]);
 #endif
-        wgmma_commit();
-    };
-
-    if (nb > 0) {
-        k_meta_regs(0);
-        issue_s(0);
-        wgmma_wait<0>();
-        softmax(0);
-        v_meta_regs(0);
-        if (nb > 1) k_meta_regs(1);
-        async_proxy_fence();  // every warp's P^T stores, before the warpgroup's wgmma reads them
-        group_sync(wg);
+        wgmma_commit();  // left running under the next block's wait and S
     }
-    // Step j: S of block j + 1, then PV of block j; block j + 1's exponentials run under that PV (P^T is double
-    // buffered, so one S accumulator is enough). The last block's PV is peeled off so that the loop has no branch
-    // between its wgmmas and their wait.
-    for (int j = 0; j + 1 < nb; j++) {
-        issue_s(j + 1);
-        issue_pv(j);
-        wgmma_wait<1>();
-        softmax(j + 1);
-        wgmma_wait<0>();
-        bar_arrive(empty + 8 * (j % STAGES));
-        v_meta_regs(j + 1);
-        if (j + 2 < nb) k_meta_regs(j + 2);
-        async_proxy_fence();
-        group_sync(wg);
-    }
-    if (nb > 0) {
-        issue_pv(nb - 1);
-        wgmma_wait<0>();
-    }
+    wgmma_wait_all();
 
     // l: this thread's keys -> all keys (lanes of a warp, then the warpgroup's four warps)
     #pragma unroll
