@@ -127,40 +127,26 @@ __device__ __forceinline__ void group_sync(int wg) { asm volatile("bar.sync %0, 
 
 // block (entries: sparse, ~slot) of K and V into the stage at base, by the producer's 128 threads, as one commit
 // group: K values 128B-swizzled, V^T values in unswizzled core matrices (8 rows x 16 B, K-direction cores 128 B
-// apart, 8-row groups 512 B apart), metadata words as stored. Thread pt copies the same 16-byte units of every
-// block: K's unit pt + 128 i (row pt / 8 + 16 i) and V^T's (row pt / 4 + 32 i) land 2048 i bytes after those of
-// i = 0 and come 2048 i bytes after them in the pool; then one metadata unit (K's for pt < 64, else V's).
-struct StageCopy {
-    uint32_t k_dst, v_dst, m_dst;  // offsets in the stage
-    uint32_t m_src;  // byte offset of the metadata unit in its block
-    bool of_v;  // the metadata unit is V's
-
-    __device__ explicit StageCopy(int pt)
-        : k_dst(sw128(pt / 8, pt % 8)),
-          v_dst(KV_BYTES + (pt / 4 / 8) * 512 + (pt % 4) * 128 + (pt / 4 % 8) * 16),
-          m_dst(KV_BYTES + VV_BYTES + 16 * pt),
-          m_src(16 * (pt % 64)),
-          of_v(pt >= 64) {}
-
-    __device__ void operator()(uint32_t base, int k_entry, int v_entry, const uint16_t* k_vals, const uint32_t* k_meta,
-                               const uint16_t* v_vals, const uint32_t* v_meta, int pt) const {
+// apart, 8-row groups 512 B apart), metadata words as stored
+__device__ __forceinline__ void stage_block(uint32_t base, int k_entry, int v_entry, const uint16_t* k_vals,
+                                            const uint32_t* k_meta, const uint16_t* v_vals, const uint32_t* v_meta,
+                                            int pt) {
+    const size_t ks = (size_t)(~k_entry), vs = (size_t)(~v_entry);
+    const uint8_t* kv = reinterpret_cast<const uint8_t*>(k_vals + ks * BS * D / 2);
+    const uint8_t* vv = reinterpret_cast<const uint8_t*>(v_vals + vs * D * BS / 2);
 #ifndef HS_NO_COPY
-        const size_t ks = (size_t)(~k_entry), vs = (size_t)(~v_entry);
-        const uint8_t* kv = reinterpret_cast<const uint8_t*>(k_vals + ks * BS * D / 2) + 16 * pt;
-        const uint8_t* vv = reinterpret_cast<const uint8_t*>(v_vals + vs * D * BS / 2) + 16 * pt;
-        #pragma unroll
-        for (int i = 0; i < KV_BYTES / 16 / 128; i++) cp16(base + k_dst + 2048 * i, kv + 2048 * i);
-        #pragma unroll
-        for (int i = 0; i < VV_BYTES / 16 / 128; i++) cp16(base + v_dst + 2048 * i, vv + 2048 * i);
-        const uint8_t* meta = of_v ? reinterpret_cast<const uint8_t*>(v_meta + vs * D * BS / 32)
-                                   : reinterpret_cast<const uint8_t*>(k_meta + ks * BS * D / 32);
-        cp16(base + m_dst, meta + m_src);
+    #pragma unroll 4
+    for (int u = pt; u < KV_BYTES / 16; u += 128) cp16(base + sw128(u / 8, u % 8), kv + 16 * u);  // 64 rows x 8
+    #pragma unroll 4
+    for (int u = pt; u < VV_BYTES / 16; u += 128)  // 128 rows x 4 chunks
+        cp16(base + KV_BYTES + (u / 4 / 8) * 512 + (u % 4) * 128 + (u / 4 % 8) * 16, vv + 16 * u);
+    const uint8_t* km = reinterpret_cast<const uint8_t*>(k_meta + ks * BS * D / 32);
+    const uint8_t* vm = reinterpret_cast<const uint8_t*>(v_meta + vs * D * BS / 32);
+    for (int u = pt; u < KM_BYTES / 16; u += 128) cp16(base + KV_BYTES + VV_BYTES + 16 * u, km + 16 * u);
+    for (int u = pt; u < VM_BYTES / 16; u += 128) cp16(base + KV_BYTES + VV_BYTES + KM_BYTES + 16 * u, vm + 16 * u);
 #endif
-        asm volatile("cp.async.commit_group;");
-    }
-};
-static_assert(KV_BYTES == 128 * 16 * 4 && VV_BYTES == 128 * 16 * 4 && KM_BYTES == 64 * 16 && VM_BYTES == 64 * 16,
-              "StageCopy's fixed unit counts");
+    asm volatile("cp.async.commit_group;");
+}
 
 // q [t, h_q, 128] bf16; bound [t, h_q] float32 (each row's softmax offset, log2 units); out [t, h_q, 128] float32,
 // lse [t, h_q]; index maps [h_kv, nb], every entry sparse
@@ -183,7 +169,6 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
 
     if (wg == CONSUMERS) {  // the producer: block j into stage j % STAGES, two blocks' copies in flight
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(PRODUCER_REGS));
-        const StageCopy stage_block(tid % 128);
         int k_next = nb > 0 ? ki[0] : 0, v_next = nb > 0 ? vi[0] : 0;
         for (int j = 0; j < nb; j++) {
             const int ke = k_next, ve = v_next;
@@ -240,14 +225,10 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
         #pragma unroll
         for (int k = 0; k < 4; k++) ek[k] = meta_reg(km[(16 * w + g) * 4 + k], km[(16 * w + g + 8) * 4 + k], t);
     };
-    // operand descriptors: a loop-invariant one plus an offset / 16 in its address field (bits 0-13, which shared
-    // addresses below 256 KB never carry out of)
-    const uint64_t k_desc = desc(sbase + STAGE_OFF, 16, 1024, 1), v_desc = desc(sbase + STAGE_OFF + KV_BYTES, 128, 512, 0);
-    const uint64_t q_desc = desc(q_a, 16, 1024, 1), p_desc = desc(p_a, 16, 1024, 1);
     if (nb > 0) k_meta_regs(0);
     for (int j = 0; j < nb; j++) {
         const int stage = j % STAGES;
-        const uint32_t stage_units = stage * STAGE_BYTES / 16;
+        const uint32_t st = sbase + STAGE_OFF + stage * STAGE_BYTES;
         const uint32_t* vm =
             reinterpret_cast<const uint32_t*>(smem + STAGE_OFF + stage * STAGE_BYTES + KV_BYTES + VV_BYTES + KM_BYTES);
         float s[32];
@@ -258,8 +239,8 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
 #else
         #pragma unroll
         for (int k = 0; k < 4; k++) {  // d 32 k .. 32 k + 31
-            const uint64_t a = k_desc + stage_units + 32 * k / 16;
-            const uint64_t b = q_desc + ((k / 2) * ROWS * 128 + 64 * (k % 2)) / 16;
+            const uint64_t a = desc(st + 32 * k, 16, 1024, 1);
+            const uint64_t b = desc(q_a + (k / 2) * ROWS * 128 + 64 * (k % 2), 16, 1024, 1);
             if (k == 0)
                 wgmma_sp<false>(s, a, b, ek[k]);
             else
@@ -311,7 +292,8 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
         for (int mt = 0; mt < 2; mt++)
             #pragma unroll
             for (int kk = 0; kk < 2; kk++)  // d rows 64 mt .., keys 32 kk ..
-                wgmma_sp(o[mt], v_desc + stage_units + (mt * 8 * 512 + kk * 256) / 16, p_desc + 64 * kk / 16, ev[mt][kk]);
+                wgmma_sp(o[mt], desc(st + KV_BYTES + mt * 8 * 512 + kk * 256, 128, 512, 0),
+                         desc(p_a + 64 * kk, 16, 1024, 1), ev[mt][kk]);
 #endif
         wgmma_commit();  // left running under the next block's wait and S
     }
