@@ -3,15 +3,18 @@
 // the index maps), no mask:
 //   S^T [64 keys, 64 rows] = K . Q^T       A = the K block's values [64, 64] (2:4 along d), 4 x wgmma.sp m64n64k32
 //   O^T [128, 64 rows]   += V^T . P^T      A = the V block's values [128, 32] (2:4 along keys), 2 x 2 x m64n64k32
-// A CTA is two consumer warpgroups, each with its own 64 rows (16 tokens x the 4 query heads of one KV head: d 128,
-// G 4, Llama's attention), and one producer warpgroup that stages each block (K and V values, 128B-swizzled / core
-// matrices, and their metadata) by cp.async into a ring of STAGES stages shared by both consumers, handed over by
-// mbarriers (full: the producer's 128 threads, each after its copies landed and were fenced for the async proxy; empty:
-// every consumer thread, once its warpgroup's wgmmas that read the stage are done).
+// A CTA is HS_CONSUMERS (3) consumer warpgroups, each with its own 64 rows (16 tokens x the 4 query heads of one KV
+// head: d 128, G 4, Llama's attention), and one producer warpgroup that stages each block (K and V values,
+// 128B-swizzled / core matrices, and their metadata) by cp.async into a ring of STAGES stages shared by the consumers,
+// handed over by mbarriers (full: the producer's 128 threads, each after its copies landed and were fenced for the
+// async proxy; empty: every consumer thread, once its warpgroup's wgmmas that read the stage are done). The consumers
+// never wait for each other: three independent chains (S, exponentials, PV) per SM overlap better than two with
+// FA3's intra-warpgroup overlap (kernels/NOTES_GPU.md).
 // The softmax offset of each row is static (bound, log2 units, at least the row's largest score): nothing is reduced
 // across keys or rescaled before the end, so the columns of S^T (the rows) need no exchange between warps. P^T goes
 // through the consumer's own shared buffer (stmatrix .trans) as the second GEMM's B operand; a block's PV is left
-// running while the next block's S is issued (the wait for S covers it, then the stage is released).
+// running while the next block's S is issued (the wait for S covers it, then the stage is released). The 2:4
+// metadata registers are written only where no wgmma is in flight (else ptxas serializes the wgmmas, C7513).
 // Layouts as measured by kernels/probes/wgmma_sp_layout.cu and wgmma_tile_layout.cu (kernels/NOTES_GPU.md).
 // Driven by kernels/probes/trans_both_sp.py (reference check and timing). Ablations, to see which part sets the time
 // (results then wrong): -DHS_NO_COPY (the producer copies nothing), -DHS_NO_S, -DHS_NO_EXP (an FMA in place of each
