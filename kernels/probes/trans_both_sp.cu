@@ -1,7 +1,6 @@
 // Probe: the Trans-Both inner loop of the paper's prefill on Hopper's sparse tensor cores (wgmma.sp), warp-specialized.
 // A query tile attends to a prefix of 64-token blocks that are all 2:4 for K and V (hs_kernels.format pools, through
-// the index maps), without a mask or causally (trans_both_sp_launch_causal: the queries sit at given positions of the
-// prefix, each sees the keys at or before it):
+// the index maps), no mask:
 //   S^T [64 keys, 64 rows] = K . Q^T       A = the K block's values [64, 64] (2:4 along d), 4 x wgmma.sp m64n64k32
 //   O^T [128, 64 rows]   += V^T . P^T      A = the V block's values [128, 32] (2:4 along keys), 2 x 2 x m64n64k32
 // A CTA is HS_CONSUMERS (3) consumer warpgroups, each with its own 64 rows (16 tokens x the 4 query heads of one KV
@@ -153,20 +152,15 @@ __device__ __forceinline__ void stage_block(uint32_t base, int k_entry, int v_en
 }
 
 // q [t, h_q, 128] bf16; bound [t, h_q] float32 (each row's softmax offset, log2 units); out [t, h_q, 128] float32,
-// lse [t, h_q]; index maps [h_kv, nb], every entry sparse; q_pos0 < 0: no mask, else query token i sits at position
-// q_pos0 + i of the prefix and sees the keys at or before it
+// lse [t, h_q]; index maps [h_kv, nb], every entry sparse
 __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
     const __nv_bfloat16* __restrict__ q, const uint16_t* __restrict__ k_vals, const uint32_t* __restrict__ k_meta,
     const uint16_t* __restrict__ v_vals, const uint32_t* __restrict__ v_meta, const int32_t* __restrict__ k_index,
     const int32_t* __restrict__ v_index, const float* __restrict__ bound, float* __restrict__ out,
-    float* __restrict__ lse, int t_len, int nb, float scale_log2, int q_pos0) {
+    float* __restrict__ lse, int t_len, int nb, float scale_log2) {
     extern __shared__ __align__(1024) uint8_t smem[];
     const int tid = threadIdx.x, wg = tid / 128, lane = tid % 32;
-    const int hk = blockIdx.y, h_q = gridDim.y * G;
-    // causal: the tiles with the most blocks first; this CTA reads the blocks up to its last token's
-    const bool causal = q_pos0 >= 0;
-    const int tile = causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
-    const int nbc = causal ? min(nb, (q_pos0 + min(t_len, (tile + 1) * TOKENS) - 1) / BS + 1) : nb;
+    const int tile = blockIdx.x, hk = blockIdx.y, h_q = gridDim.y * G;
     const uint32_t sbase = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
     const uint32_t full = sbase + BAR_OFF, empty = full + STAGES * 8;
     if (tid == 0) {
@@ -178,10 +172,10 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
 
     if (wg == CONSUMERS) {  // the producer: block j into stage j % STAGES, two blocks' copies in flight
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(PRODUCER_REGS));
-        int k_next = nbc > 0 ? ki[0] : 0, v_next = nbc > 0 ? vi[0] : 0;
-        for (int j = 0; j < nbc; j++) {
+        int k_next = nb > 0 ? ki[0] : 0, v_next = nb > 0 ? vi[0] : 0;
+        for (int j = 0; j < nb; j++) {
             const int ke = k_next, ve = v_next;
-            if (j + 1 < nbc) k_next = ki[j + 1], v_next = vi[j + 1];
+            if (j + 1 < nb) k_next = ki[j + 1], v_next = vi[j + 1];
             if (j >= STAGES) bar_wait(empty + 8 * (j % STAGES), (j / STAGES - 1) & 1);
             stage_block(sbase + STAGE_OFF + (j % STAGES) * STAGE_BYTES, ke, ve, k_vals, k_meta, v_vals, v_meta, tid % 128);
             if (j > 0) {
@@ -190,10 +184,10 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
                 bar_arrive(full + 8 * ((j - 1) % STAGES));
             }
         }
-        if (nbc > 0) {
+        if (nb > 0) {
             asm volatile("cp.async.wait_group 0;" ::: "memory");
             async_proxy_fence();
-            bar_arrive(full + 8 * ((nbc - 1) % STAGES));
+            bar_arrive(full + 8 * ((nb - 1) % STAGES));
         }
         return;
     }
@@ -201,14 +195,9 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(CONSUMER_REGS));
     const int w = (tid % 128) / 32, g = lane / 4, t = lane % 4;  // warp of the warpgroup; fragment coordinates
     const int token0 = tile * TOKENS + wg * (ROWS / G);
-    const int diag = causal ? (q_pos0 + token0) / BS : nbc;  // from this block on, some keys follow some tokens
     uint8_t* q_s = smem + Q_OFF + wg * Q_BYTES;
     const uint32_t q_a = sbase + Q_OFF + wg * Q_BYTES, p_a = sbase + P_OFF + wg * P_BYTES;
     float* red = reinterpret_cast<float*>(smem + RED_OFF) + wg * 4 * ROWS;  // [4 warps][64 rows]
-    // this lane's row address of P^T's stores (lanes 8 i .. 8 i + 7 give the rows of piece i: keys 16 w + 8 (i % 2),
-    // rows 8 (i / 2) + lane % 8 of each 16-row group)
-    const int st_row = 8 * (lane / 16) + lane % 8, st_chunk = 2 * w + (lane / 8) % 2;
-    const uint32_t p_store = p_a + st_row * 128 + ((st_chunk ^ (st_row % 8)) * 16);
 
     // Q^T: row r = token token0 + r / 4, head 4 hk + r % 4; 16 chunks of 8 d per row, two atoms
     for (int u = tid % 128; u < ROWS * 16; u += 128) {
@@ -239,8 +228,8 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
         #pragma unroll
         for (int k = 0; k < 4; k++) ek[k] = meta_reg(km[(16 * w + g) * 4 + k], km[(16 * w + g + 8) * 4 + k], t);
     };
-    if (nbc > 0) k_meta_regs(0);
-    for (int j = 0; j < nbc; j++) {
+    if (nb > 0) k_meta_regs(0);
+    for (int j = 0; j < nb; j++) {
         const int stage = j % STAGES;
         const uint32_t st = sbase + STAGE_OFF + stage * STAGE_BYTES;
         const uint32_t* vm =
@@ -267,14 +256,6 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
 
         // P^T [64 rows, 64 keys] in one 128B-swizzled atom: the accumulator's 8 x 8 pieces (keys 16 w + 8 h + g,
         // rows 8 j + 2 t, + 1) stored transposed by stmatrix, four per instruction
-        if (j >= diag) {  // a key after a row's token: key 64 j + 16 w + 8 h + g, the token of rows 8 jj + 2 t, + 1
-            #pragma unroll
-            for (int jj = 0; jj < 8; jj++)
-                #pragma unroll
-                for (int h = 0; h < 2; h++)
-                    if (BS * j + 16 * w + 8 * h + g > q_pos0 + token0 + 2 * jj + t / 2)
-                        s[4 * jj + 2 * h] = s[4 * jj + 2 * h + 1] = -INFINITY;
-        }
         uint32_t pk[16];
         #pragma unroll
         for (int jj = 0; jj < 8; jj++)
@@ -292,8 +273,11 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
                 pk[2 * jj + h] = pack_bf16(p0, p1);
             }
         #pragma unroll
-        for (int n = 0; n < 4; n++)  // rows 16 n + 8 (lane / 16) + lane % 8: n moves the address by 16 rows
-            stmatrix_trans(p_store + 2048 * n, pk[4 * n], pk[4 * n + 1], pk[4 * n + 2], pk[4 * n + 3]);
+        for (int n = 0; n < 4; n++) {
+            const int piece = lane / 8, row = 8 * (2 * n + piece / 2) + lane % 8, chunk = 2 * w + piece % 2;
+            stmatrix_trans(p_a + row * 128 + ((chunk ^ (row % 8)) * 16), pk[4 * n], pk[4 * n + 1], pk[4 * n + 2],
+                           pk[4 * n + 3]);
+        }
         uint32_t ev[2][2];
         #pragma unroll
         for (int mt = 0; mt < 2; mt++)
@@ -302,7 +286,7 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
                 const int r0 = 64 * mt + 16 * w + g;
                 ev[mt][kk] = meta_reg(vm[r0 * 2 + kk], vm[(r0 + 8) * 2 + kk], t);
             }
-        if (j + 1 < nbc) k_meta_regs(j + 1);
+        if (j + 1 < nb) k_meta_regs(j + 1);
         async_proxy_fence();  // every warp's P^T stores, before the warpgroup's wgmma reads them
         group_sync(wg);
         wgmma_fence();
@@ -347,9 +331,11 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
 
 }  // namespace
 
-static int launch(const void* q, const void* k_vals, const void* k_meta, const void* v_vals, const void* v_meta,
-                  const int32_t* k_index, const int32_t* v_index, const float* bound, float* out, float* lse, int t_len,
-                  int h_kv, int nb, float scale_log2, int q_pos0, void* stream) {
+// 0 on success, else a cudaError_t (cudaErrorNotSupported without bound: only the static offset is built)
+extern "C" int trans_both_sp_launch(const void* q, const void* k_vals, const void* k_meta, const void* v_vals,
+                                    const void* v_meta, const int32_t* k_index, const int32_t* v_index,
+                                    const float* bound, float* out, float* lse, int t_len, int h_kv, int nb,
+                                    float scale_log2, void* stream) {
     if (!bound) return cudaErrorNotSupported;
     static const cudaError_t attr = cudaFuncSetAttribute(trans_both_sp, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM);
     if (attr != cudaSuccess) return attr;
@@ -357,27 +343,8 @@ static int launch(const void* q, const void* k_vals, const void* k_meta, const v
     trans_both_sp<<<grid, THREADS, SMEM, static_cast<cudaStream_t>(stream)>>>(
         static_cast<const __nv_bfloat16*>(q), static_cast<const uint16_t*>(k_vals), static_cast<const uint32_t*>(k_meta),
         static_cast<const uint16_t*>(v_vals), static_cast<const uint32_t*>(v_meta), k_index, v_index, bound, out, lse,
-        t_len, nb, scale_log2, q_pos0);
+        t_len, nb, scale_log2);
     return cudaGetLastError();
-}
-
-// 0 on success, else a cudaError_t (cudaErrorNotSupported without bound: only the static offset is built)
-extern "C" int trans_both_sp_launch(const void* q, const void* k_vals, const void* k_meta, const void* v_vals,
-                                    const void* v_meta, const int32_t* k_index, const int32_t* v_index,
-                                    const float* bound, float* out, float* lse, int t_len, int h_kv, int nb,
-                                    float scale_log2, void* stream) {
-    return launch(q, k_vals, k_meta, v_vals, v_meta, k_index, v_index, bound, out, lse, t_len, h_kv, nb, scale_log2, -1,
-                  stream);
-}
-
-// the same, causal: query token i sits at position q_pos0 + i of the prefix (0 <= q_pos0, q_pos0 + t_len <= 64 nb)
-extern "C" int trans_both_sp_launch_causal(const void* q, const void* k_vals, const void* k_meta, const void* v_vals,
-                                           const void* v_meta, const int32_t* k_index, const int32_t* v_index,
-                                           const float* bound, float* out, float* lse, int t_len, int h_kv, int nb,
-                                           float scale_log2, int q_pos0, void* stream) {
-    if (q_pos0 < 0 || q_pos0 + t_len > BS * nb) return cudaErrorInvalidValue;
-    return launch(q, k_vals, k_meta, v_vals, v_meta, k_index, v_index, bound, out, lse, t_len, h_kv, nb, scale_log2,
-                  q_pos0, stream);
 }
 
 extern "C" int trans_both_sp_resident() {
