@@ -43,6 +43,6 @@ probes)
         nvcc -gencode arch=compute_90a,code=sm_90a -O3 -o "/tmp/$probe" "kernels/probes/$probe.cu" 2>/dev/null \
             && "/tmp/$probe" 2>&1 | tee "$log/$probe.log"
     done
-    python kernels/probes/trans_both_sp.py 2>&1 | tee "$log/trans_both_sp.log" | tail -8 ;;
+    python kernels/probes/trans_both_sp.py 2>&1 | tee "$log/trans_both_sp.log" | tail -14 ;;
 *) echo "unknown stage: $stage" >&2; exit 2 ;;
 esac

@@ -1,11 +1,14 @@
 """Driver of the trans_both_sp.cu probe (the Trans-Both loop on wgmma.sp): builds it with nvcc, checks it against
 the PyTorch oracle (the 2:4 prefix decompressed, float32 attention without a mask) on small shapes with shuffled
 pool slots, then times it on Llama-3.1-8B attention (32 / 8 heads, d 128, bf16) against cuDNN on the same keys
-(dense) and the serving path (the Triton prefill over the same pools, whose chunk adds its own causal keys).
+(dense) and the serving path (the Triton prefill over the same pools, whose chunk adds its own causal keys); where
+the source exports the causal launch, also a one-shot causal prefill (every token's keys compressed, 32K by default)
+against cuDNN causal on the same keys.
 Both softmax forms are run where the source builds them: the running maximum (the single-warpgroup versions in git
 history), and a static offset per query row (``static_bound``).
 
-    python kernels/probes/trans_both_sp.py [--tokens 8192] [--prefix 32768] [--source other.cu] [--define HS_NO_EXP]
+    python kernels/probes/trans_both_sp.py [--tokens 8192] [--prefix 32768] [--causal 32768] [--source other.cu]
+        [--define HS_NO_EXP]
 """
 
 import argparse
@@ -42,6 +45,9 @@ def build(source: Path = SOURCE, defines: tuple[str, ...] = ()) -> ctypes.CDLL:
     lib.trans_both_sp_launch.argtypes = [p] * 10 + [i] * 3 + [ctypes.c_float, p]
     lib.trans_both_sp_launch.restype = i
     lib.trans_both_sp_resident.restype = i
+    if hasattr(lib, "trans_both_sp_launch_causal"):
+        lib.trans_both_sp_launch_causal.argtypes = [p] * 10 + [i] * 3 + [ctypes.c_float, i, p]
+        lib.trans_both_sp_launch_causal.restype = i
     return lib
 
 
@@ -67,15 +73,19 @@ def static_bound(q, k_pool, k_index, scale):
     return q.float().norm(dim=-1) * k_norm.repeat_interleave(G) * (scale * LOG2E)
 
 
-def run(lib, q, k_pool, k_index, v_pool, v_index, scale, bound=None):
+def run(lib, q, k_pool, k_index, v_pool, v_index, scale, bound=None, q_pos0=None):
+    """q_pos0: None, no mask; else query token i sits at position q_pos0 + i of the prefix (causal)."""
     t, h_q, _ = q.shape
     out = torch.empty(t, h_q, D, device="cuda")
     lse = torch.empty(t, h_q, device="cuda")
-    rc = lib.trans_both_sp_launch(q.data_ptr(), k_pool.values.data_ptr(), k_pool.meta.data_ptr(), v_pool.values.data_ptr(),
-                                  v_pool.meta.data_ptr(), k_index.data_ptr(), v_index.data_ptr(),
-                                  None if bound is None else bound.data_ptr(), out.data_ptr(),
-                                  lse.data_ptr(), t, k_index.shape[0], k_index.shape[1], scale * LOG2E,
-                                  torch.cuda.current_stream().cuda_stream)
+    args = [q.data_ptr(), k_pool.values.data_ptr(), k_pool.meta.data_ptr(), v_pool.values.data_ptr(),
+            v_pool.meta.data_ptr(), k_index.data_ptr(), v_index.data_ptr(), None if bound is None else bound.data_ptr(),
+            out.data_ptr(), lse.data_ptr(), t, k_index.shape[0], k_index.shape[1], scale * LOG2E]
+    stream = torch.cuda.current_stream().cuda_stream
+    if q_pos0 is None:
+        rc = lib.trans_both_sp_launch(*args, stream)
+    else:
+        rc = lib.trans_both_sp_launch_causal(*args, q_pos0, stream)
     if rc == NOT_BUILT:
         return None
     if rc:
@@ -83,15 +93,25 @@ def run(lib, q, k_pool, k_index, v_pool, v_index, scale, bound=None):
     return out, lse
 
 
-def reference(q, k_pool, k_index, v_pool, v_index, scale):
+def reference(q, k_pool, k_index, v_pool, v_index, scale, q_pos0=None):
     k, v = (p.gather(i).flatten(1, 2).float().repeat_interleave(G, 0) for p, i in ((k_pool, k_index), (v_pool, v_index)))
     s = torch.einsum("thd,hkd->htk", q.float(), k) * scale
+    if q_pos0 is not None:
+        pos = torch.arange(q.shape[0], device=q.device)[:, None] + q_pos0
+        s = s.masked_fill(torch.arange(k.shape[1], device=q.device)[None, :] > pos, float("-inf"))
     return torch.einsum("htk,hkd->thd", s.softmax(-1), v), s.logsumexp(-1).t()
 
 
 def reference_max(q, k_pool, k_index, scale):
     k = k_pool.gather(k_index).flatten(1, 2).float().repeat_interleave(G, 0)
     return torch.einsum("thd,hkd->thk", q.float(), k).amax(-1) * (scale * LOG2E)
+
+
+def report(what, result, r_out, r_lse):
+    out, lse = result
+    err = ((out - r_out).norm() / r_out.norm()).item()
+    print(f"check {what}: rel. err {err:.1e}, max |lse diff| {(lse - r_lse).abs().max().item():.1e}, "
+          f"NaN {bool(out.isnan().any())}", flush=True)
 
 
 def check(lib, gen):
@@ -102,12 +122,12 @@ def check(lib, gen):
         bound = static_bound(q, k_pool, k_index, D ** -0.5)
         for name, b in (("running max", None), ("static offset", bound)):
             result = run(lib, q, k_pool, k_index, v_pool, v_index, D ** -0.5, b)
-            if result is None:
-                continue
-            out, lse = result
-            err = ((out - r_out).norm() / r_out.norm()).item()
-            print(f"check {name}: t {t} prefix {prefix} heads {h_kv * G}/{h_kv}: rel. err {err:.1e}, "
-                  f"max |lse diff| {(lse - r_lse).abs().max().item():.1e}, NaN {bool(out.isnan().any())}", flush=True)
+            if result is not None:
+                report(f"{name}: t {t} prefix {prefix} heads {h_kv * G}/{h_kv}", result, r_out, r_lse)
+        for q_pos0 in (prefix - t, (prefix - t) // 2) if hasattr(lib, "trans_both_sp_launch_causal") else ():
+            result = run(lib, q, k_pool, k_index, v_pool, v_index, D ** -0.5, bound, q_pos0)
+            report(f"static offset, causal: t {t} at {q_pos0} of prefix {prefix} heads {h_kv * G}/{h_kv}", result,
+                   *reference(q, k_pool, k_index, v_pool, v_index, D ** -0.5, q_pos0))
         top = reference_max(q, k_pool, k_index, D ** -0.5)
         print(f"  static offset above the largest score by {(bound - top).min().item():.1f} .. "
               f"{(bound - top).max().item():.1f} (log2 units)", flush=True)
@@ -137,10 +157,29 @@ def bench(lib, gen, t: int, prefix: int):
           f"{(prefix_flop + chunk_flop) / triton / 1e9:.0f} |", flush=True)
 
 
+def bench_causal(lib, gen, t: int):
+    """One shot: t tokens whose keys are all compressed, each query sees the keys at or before it."""
+    h_kv = 8
+    q = torch.randn(t, h_kv * G, D, generator=gen, device="cuda").to(torch.bfloat16)
+    k_pool, k_index, v_pool, v_index = sparse_prefix(t, h_kv, gen)
+    bound = static_bound(q, k_pool, k_index, D ** -0.5)
+    ours = timeit(lambda: run(lib, q, k_pool, k_index, v_pool, v_index, D ** -0.5, bound, 0))
+    kd, vd = (p.gather(i).flatten(1, 2)[None] for p, i in ((k_pool, k_index), (v_pool, v_index)))
+    with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+        cudnn = timeit(lambda: F.scaled_dot_product_attention(q.transpose(0, 1)[None], kd, vd, is_causal=True,
+                                                              enable_gqa=True))
+    flop = 4.0 * t * h_kv * G * t / 2 * D
+    print(f"\n{t} tokens one shot, causal, every block 2:4, 32/8 heads, d 128, bf16\n"
+          f"| kernel | ms | effective TFLOP/s |\n|---|---|---|\n"
+          f"| cuDNN causal, the same keys dense | {cudnn:.3f} | {flop / cudnn / 1e9:.0f} |\n"
+          f"| wgmma.sp Trans-Both probe, causal, static offset | {ours:.3f} | {flop / ours / 1e9:.0f} |", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--tokens", type=int, default=8192)
     ap.add_argument("--prefix", type=int, default=32768)
+    ap.add_argument("--causal", type=int, default=32768, help="tokens of the one-shot causal timing (0: none)")
     ap.add_argument("--source", type=Path, default=SOURCE, help="another version of trans_both_sp.cu (same exports)")
     ap.add_argument("--define", action="append", default=[], help="a macro for nvcc, e.g. one of the source's ablations")
     args = ap.parse_args()
@@ -150,6 +189,8 @@ def main():
     lib = build(args.source, tuple(args.define))
     check(lib, gen)
     bench(lib, gen, args.tokens, args.prefix)
+    if args.causal and hasattr(lib, "trans_both_sp_launch_causal"):
+        bench_causal(lib, gen, args.causal)
 
 
 if __name__ == "__main__":
