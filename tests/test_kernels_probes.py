@@ -1,5 +1,6 @@
 """The measurement probes (kernels/probes: instruction rates and operand layouts behind kernels/NOTES_GPU.md)
-still compile for sm_90a with the machine's nvcc, so that their figures can be re-measured as documented."""
+still compile for sm_90a with the machine's nvcc, so that their figures can be re-measured as documented; and the
+Trans-Both driver's oracle and static offset, which its GPU check relies on, are right (on the CPU)."""
 
 import subprocess
 from pathlib import Path
@@ -24,3 +25,57 @@ def test_probe_builds_for_hopper(probe, tmp_path):
                            str(probe)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert out.stat().st_size > 0
+
+
+def _trans_both_driver():
+    import importlib.util
+
+    path = Path(__file__).parent.parent / "kernels" / "probes" / "trans_both_sp.py"
+    spec = importlib.util.spec_from_file_location("trans_both_sp_driver", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("t, prefix, q_pos0", [(16, 64, None), (40, 192, 152), (40, 192, 76), (70, 256, 0)])
+def test_trans_both_oracle(t, prefix, q_pos0):
+    """The oracle the GPU check compares the probe with: the prefix's pools decompressed (slots shuffled), without a
+    mask or causally, equals attention on the dense pruned keys computed here by SDPA with an explicit mask."""
+    import torch
+    import torch.nn.functional as F
+
+    drv = _trans_both_driver()
+    gen = torch.Generator().manual_seed(t + prefix)
+    h_kv = 2
+    q = torch.randn(t, h_kv * drv.G, drv.D, generator=gen).to(torch.bfloat16)
+    k_pool, k_index, v_pool, v_index = drv.sparse_prefix(prefix, h_kv, gen)
+    out, lse = drv.reference(q, k_pool, k_index, v_pool, v_index, drv.D ** -0.5, q_pos0)
+
+    k, v = (p.gather(i).flatten(1, 2).float() for p, i in ((k_pool, k_index), (v_pool, v_index)))  # [h_kv, prefix, d]
+    allowed = torch.ones(t, prefix, dtype=torch.bool)
+    if q_pos0 is not None:
+        allowed = torch.arange(prefix)[None, :] <= torch.arange(q_pos0, q_pos0 + t)[:, None]
+    expect = F.scaled_dot_product_attention(q.float().transpose(0, 1), k.repeat_interleave(drv.G, 0),
+                                            v.repeat_interleave(drv.G, 0), attn_mask=allowed).transpose(0, 1)
+    assert torch.allclose(out, expect, atol=1e-5, rtol=1e-4)
+    scores = torch.einsum("thd,hkd->htk", q.float(), k.repeat_interleave(drv.G, 0)) * drv.D ** -0.5
+    assert torch.allclose(lse, scores.masked_fill(~allowed, float("-inf")).logsumexp(-1).t(), atol=1e-4)
+
+
+def test_trans_both_static_bound_is_above_every_score_and_tight():
+    """The static softmax offset bounds every row's scores, and equals the largest one for a query along its head's
+    longest key (Cauchy-Schwarz holds with equality there)."""
+    import torch
+
+    drv = _trans_both_driver()
+    gen = torch.Generator().manual_seed(3)
+    h_kv = 2
+    q = torch.randn(50, h_kv * drv.G, drv.D, generator=gen).to(torch.bfloat16)
+    k_pool, k_index, _, _ = drv.sparse_prefix(640, h_kv, gen)
+    k = k_pool.gather(k_index).flatten(1, 2)  # [h_kv, keys, d]
+    longest = k[torch.arange(h_kv), k.float().norm(dim=-1).argmax(-1)]  # [h_kv, d]
+    q[0] = longest.repeat_interleave(drv.G, 0)
+    bound = drv.static_bound(q, k_pool, k_index, drv.D ** -0.5)
+    top = drv.reference_max(q, k_pool, k_index, drv.D ** -0.5)
+    assert (bound >= top - 1e-3).all()
+    assert torch.allclose(bound[0], top[0], rtol=1e-4)

@@ -52,14 +52,15 @@ def build(source: Path = SOURCE, defines: tuple[str, ...] = ()) -> ctypes.CDLL:
 
 
 def sparse_prefix(prefix: int, h_kv: int, gen: torch.Generator):
-    """K and V pools holding ``prefix`` random tokens of ``h_kv`` heads, every block 2:4, slots shuffled."""
+    """K and V pools holding ``prefix`` random tokens of ``h_kv`` heads, every block 2:4, slots shuffled (on the
+    generator's device)."""
     out = []
     for op in ("k", "v"):
-        x = torch.randn(prefix, h_kv, D, generator=gen, device="cuda").to(torch.bfloat16)
+        x = torch.randn(prefix, h_kv, D, generator=gen, device=gen.device).to(torch.bfloat16)
         blocks = to_blocks(x)
-        pool, index = BlockPool.holding(op, blocks, torch.ones(blocks.shape[:2], dtype=torch.bool, device="cuda"),
+        pool, index = BlockPool.holding(op, blocks, torch.ones(blocks.shape[:2], dtype=torch.bool, device=gen.device),
                                         element_mask(blocks, op))
-        perm = torch.randperm(pool.values.shape[0], generator=gen, device="cuda")
+        perm = torch.randperm(pool.values.shape[0], generator=gen, device=gen.device)
         values, meta = torch.empty_like(pool.values), torch.empty_like(pool.meta)
         values[perm], meta[perm] = pool.values, pool.meta
         out += [BlockPool(op, pool.dense, values, meta), (~perm[~index.long()]).to(torch.int32)]
