@@ -30,11 +30,16 @@ namespace {
 #endif
 constexpr int BS = 64, D = 128, ROWS = 64, G = 4;
 constexpr int CONSUMERS = HS_CONSUMERS, TOKENS = CONSUMERS * ROWS / G, THREADS = (CONSUMERS + 1) * 128, STAGES = 4;
-// registers per thread: the producer warpgroup hands most of its share of the SM's 64K to the consumers
-// (setmaxnreg, in steps of 8, at most 240), as FA3 does; ptxas allocates the consumer's code to that count
+// registers per thread: the producer warpgroup hands most of its share to the consumers (setmaxnreg, in steps of 8,
+// at most 240), as FA3 does; ptxas allocates the consumer's code to that count. The pool is what the CTA got at
+// launch (LAUNCH_REGS per thread): asking for more blocks setmaxnreg.inc for ever (at 4 consumers, 640 threads hold
+// 96 each, so the consumers can have 112, not 120). 2 consumers: 40 / 232; 3: 24 / 160.
 constexpr int PRODUCER_REGS = CONSUMERS == 2 ? 40 : 24;
-constexpr int CONSUMER_REGS = (65536 / 128 - PRODUCER_REGS) / CONSUMERS / 8 * 8 > 240 ? 240
-                              : (65536 / 128 - PRODUCER_REGS) / CONSUMERS / 8 * 8;
+constexpr int LAUNCH_REGS = 65536 / THREADS / 8 * 8;
+constexpr int CONSUMER_REGS_FIT = (LAUNCH_REGS * THREADS - PRODUCER_REGS * 128) / (CONSUMERS * 128) / 8 * 8;
+constexpr int CONSUMER_REGS = CONSUMER_REGS_FIT > 240 ? 240 : CONSUMER_REGS_FIT;
+static_assert(CONSUMERS != 2 || CONSUMER_REGS == 232, "the measured split at 2 consumers");
+static_assert(CONSUMERS != 3 || CONSUMER_REGS == 160, "the measured split at 3 consumers");
 // shared memory (bytes): 128B-swizzled operands 1024-aligned first
 constexpr int Q_BYTES = ROWS * D * 2;  // per consumer, Q^T as B: [64 rows, 128 d], two 64-element atoms along d
 constexpr int P_BYTES = ROWS * BS * 2;  // per consumer, P^T as B: [64 rows, 64 keys], one atom
