@@ -45,10 +45,15 @@ def build(source: Path = SOURCE, defines: tuple[str, ...] = ()) -> ctypes.CDLL:
     lib.trans_both_sp_launch.argtypes = [p] * 10 + [i] * 3 + [ctypes.c_float, p]
     lib.trans_both_sp_launch.restype = i
     lib.trans_both_sp_resident.restype = i
-    if hasattr(lib, "trans_both_sp_launch_causal"):
+    lib.causal = hasattr(lib, "trans_both_sp_launch_causal")  # older sources build no mask
+    if lib.causal:
         lib.trans_both_sp_launch_causal.argtypes = [p] * 10 + [i] * 3 + [ctypes.c_float, i, p]
         lib.trans_both_sp_launch_causal.restype = i
     return lib
+
+
+def queries(t: int, h_kv: int, gen: torch.Generator) -> torch.Tensor:
+    return torch.randn(t, h_kv * G, D, generator=gen, device=gen.device).to(torch.bfloat16)
 
 
 def sparse_prefix(prefix: int, h_kv: int, gen: torch.Generator):
@@ -117,7 +122,7 @@ def report(what, result, r_out, r_lse):
 
 def check(lib, gen):
     for t, prefix, h_kv in ((16, 64, 1), (40, 192, 1), (50, 640, 2), (333, 2048, 8)):
-        q = torch.randn(t, h_kv * G, D, generator=gen, device="cuda").to(torch.bfloat16)
+        q = queries(t, h_kv, gen)
         k_pool, k_index, v_pool, v_index = sparse_prefix(prefix, h_kv, gen)
         r_out, r_lse = reference(q, k_pool, k_index, v_pool, v_index, D ** -0.5)
         bound = static_bound(q, k_pool, k_index, D ** -0.5)
@@ -125,7 +130,7 @@ def check(lib, gen):
             result = run(lib, q, k_pool, k_index, v_pool, v_index, D ** -0.5, b)
             if result is not None:
                 report(f"{name}: t {t} prefix {prefix} heads {h_kv * G}/{h_kv}", result, r_out, r_lse)
-        for q_pos0 in (prefix - t, (prefix - t) // 2) if hasattr(lib, "trans_both_sp_launch_causal") else ():
+        for q_pos0 in (prefix - t, (prefix - t) // 2) if lib.causal else ():
             result = run(lib, q, k_pool, k_index, v_pool, v_index, D ** -0.5, bound, q_pos0)
             report(f"static offset, causal: t {t} at {q_pos0} of prefix {prefix} heads {h_kv * G}/{h_kv}", result,
                    *reference(q, k_pool, k_index, v_pool, v_index, D ** -0.5, q_pos0))
@@ -134,18 +139,24 @@ def check(lib, gen):
               f"{(bound - top).max().item():.1f} (log2 units)", flush=True)
 
 
+def cudnn_ms(q, k_pool, k_index, v_pool, v_index, causal: bool) -> float:
+    """cuDNN attention (SDPA) over the same keys, decompressed dense."""
+    kd, vd = (p.gather(i).flatten(1, 2)[None] for p, i in ((k_pool, k_index), (v_pool, v_index)))
+    with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+        return timeit(lambda: F.scaled_dot_product_attention(q.transpose(0, 1)[None], kd, vd, is_causal=causal,
+                                                             enable_gqa=True))
+
+
 def bench(lib, gen, t: int, prefix: int):
     h_kv = 8
-    q = torch.randn(t, h_kv * G, D, generator=gen, device="cuda").to(torch.bfloat16)
+    q = queries(t, h_kv, gen)
     k_pool, k_index, v_pool, v_index = sparse_prefix(prefix, h_kv, gen)
     prefix_flop = 4.0 * t * h_kv * G * prefix * D
     built = run(lib, q, k_pool, k_index, v_pool, v_index, D ** -0.5) is not None
     ours = timeit(lambda: run(lib, q, k_pool, k_index, v_pool, v_index, D ** -0.5)) if built else float("nan")
     bound = static_bound(q, k_pool, k_index, D ** -0.5)
     ours_static = timeit(lambda: run(lib, q, k_pool, k_index, v_pool, v_index, D ** -0.5, bound))
-    kd, vd = (p.gather(i).flatten(1, 2)[None] for p, i in ((k_pool, k_index), (v_pool, v_index)))
-    with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
-        cudnn = timeit(lambda: F.scaled_dot_product_attention(q.transpose(0, 1)[None], kd, vd, enable_gqa=True))
+    cudnn = cudnn_ms(q, k_pool, k_index, v_pool, v_index, causal=False)
     kc, vc = (torch.randn(t, h_kv, D, generator=gen, device="cuda").to(torch.bfloat16) for _ in range(2))
     triton = timeit(lambda: gpu.triton_prefill(q, kc, vc, k_pool, v_pool, k_index, v_index, prefix, D ** -0.5))
     chunk_flop = 4.0 * t * h_kv * G * t / 2 * D
@@ -161,14 +172,11 @@ def bench(lib, gen, t: int, prefix: int):
 def bench_causal(lib, gen, t: int):
     """One shot: t tokens whose keys are all compressed, each query sees the keys at or before it."""
     h_kv = 8
-    q = torch.randn(t, h_kv * G, D, generator=gen, device="cuda").to(torch.bfloat16)
+    q = queries(t, h_kv, gen)
     k_pool, k_index, v_pool, v_index = sparse_prefix(t, h_kv, gen)
     bound = static_bound(q, k_pool, k_index, D ** -0.5)
     ours = timeit(lambda: run(lib, q, k_pool, k_index, v_pool, v_index, D ** -0.5, bound, 0))
-    kd, vd = (p.gather(i).flatten(1, 2)[None] for p, i in ((k_pool, k_index), (v_pool, v_index)))
-    with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
-        cudnn = timeit(lambda: F.scaled_dot_product_attention(q.transpose(0, 1)[None], kd, vd, is_causal=True,
-                                                              enable_gqa=True))
+    cudnn = cudnn_ms(q, k_pool, k_index, v_pool, v_index, causal=True)
     flop = 4.0 * t * h_kv * G * t / 2 * D
     print(f"\n{t} tokens one shot, causal, every block 2:4, 32/8 heads, d 128, bf16\n"
           f"| kernel | ms | effective TFLOP/s |\n|---|---|---|\n"
@@ -190,7 +198,7 @@ def main():
     lib = build(args.source, tuple(args.define))
     check(lib, gen)
     bench(lib, gen, args.tokens, args.prefix)
-    if args.causal and hasattr(lib, "trans_both_sp_launch_causal"):
+    if args.causal and lib.causal:
         bench_causal(lib, gen, args.causal)
 
 
