@@ -1,13 +1,14 @@
 // Probe: the Trans-Both inner loop of the paper's prefill on Hopper's sparse tensor cores (wgmma.sp), warp-specialized.
 // A query tile attends to a prefix of 64-token blocks that are all 2:4 for K and V (hs_kernels.format pools, through
-// the index maps), no mask:
+// the index maps), without a mask or causally (trans_both_sp_launch_causal: the queries sit at given positions of the
+// prefix, each sees the keys at or before it):
 //   S^T [64 keys, 64 rows] = K . Q^T       A = the K block's values [64, 64] (2:4 along d), 4 x wgmma.sp m64n64k32
 //   O^T [128, 64 rows]   += V^T . P^T      A = the V block's values [128, 32] (2:4 along keys), 2 x 2 x m64n64k32
 // A CTA is HS_CONSUMERS (3) consumer warpgroups, each with its own 64 rows (16 tokens x the 4 query heads of one KV
 // head: d 128, G 4, Llama's attention), and one producer warpgroup that stages each block (K and V values,
-// 128B-swizzled / core matrices, and their metadata) by cp.async into a ring of STAGES stages shared by the consumers,
-// handed over by mbarriers (full: the producer's 128 threads, each after its copies landed and were fenced for the
-// async proxy; empty: every consumer thread, once its warpgroup's wgmmas that read the stage are done). The consumers
+// 128B-swizzled / core matrices, and their metadata) by TMA into a ring of STAGES stages shared by the consumers,
+// handed over by mbarriers (full: one producer thread's expected bytes, brought by the tensor memory accelerator;
+// empty: every consumer thread, once its warpgroup's wgmmas that read the stage are done). The consumers
 // never wait for each other: three independent chains (S, exponentials, PV) per SM overlap better than two with
 // FA3's intra-warpgroup overlap (kernels/NOTES_GPU.md).
 // The softmax offset of each row is static (bound, log2 units, at least the row's largest score): nothing is reduced
@@ -19,6 +20,7 @@
 // Driven by kernels/probes/trans_both_sp.py (reference check and timing). Ablations, to see which part sets the time
 // (results then wrong): -DHS_NO_COPY (the producer copies nothing), -DHS_NO_S, -DHS_NO_EXP (an FMA in place of each
 // exponential), -DHS_NO_PV (the wgmmas of each part left out).
+#include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <cstdint>
@@ -55,10 +57,6 @@ __device__ __forceinline__ int sw128(int row, int chunk) { return row * 128 + ((
 __device__ __forceinline__ uint64_t desc(uint32_t addr, int lbo, int sbo, int swizzle) {
     return ((uint64_t)(addr & 0x3FFFF) >> 4) | (uint64_t(lbo >> 4) << 16) | (uint64_t(sbo >> 4) << 32) |
            (uint64_t(swizzle) << 62);
-}
-
-__device__ __forceinline__ void cp16(uint32_t dst, const void* src) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src));
 }
 
 __device__ __forceinline__ uint32_t meta_reg(uint32_t lo, uint32_t hi, int t) {
@@ -133,66 +131,76 @@ __device__ __forceinline__ void bar_wait(uint32_t bar, int parity) {
 // the 128 threads of consumer warpgroup wg (named barriers 1, 2; 0 is __syncthreads')
 __device__ __forceinline__ void group_sync(int wg) { asm volatile("bar.sync %0, 128;" ::"r"(1 + wg) : "memory"); }
 
-// block (entries: sparse, ~slot) of K and V into the stage at base, by the producer's 128 threads, as one commit
-// group: K values 128B-swizzled, V^T values in unswizzled core matrices (8 rows x 16 B, K-direction cores 128 B
-// apart, 8-row groups 512 B apart), metadata words as stored
-__device__ __forceinline__ void stage_block(uint32_t base, int k_entry, int v_entry, const uint16_t* k_vals,
-                                            const uint32_t* k_meta, const uint16_t* v_vals, const uint32_t* v_meta,
-                                            int pt) {
-    const size_t ks = (size_t)(~k_entry), vs = (size_t)(~v_entry);
-    const uint8_t* kv = reinterpret_cast<const uint8_t*>(k_vals + ks * BS * D / 2);
-    const uint8_t* vv = reinterpret_cast<const uint8_t*>(v_vals + vs * D * BS / 2);
+__device__ __forceinline__ void bar_expect(uint32_t bar, int bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+
+// block (entries: sparse, ~slot) of K and V into the stage at base, by one thread, completing on the mbarrier bar: K
+// values by a 3-D map ([slots, 64, 64], 128B swizzle: the layout its descriptor reads), V^T values by a 5-D map
+// whose box order is the core-matrix layout (8 elements, 8 rows, 4 16-byte units, 16 row groups, slot), each
+// metadata block by a 1-D bulk copy
+__device__ __forceinline__ void stage_block(uint32_t base, uint32_t bar, int k_entry, int v_entry,
+                                            const CUtensorMap* k_map, const CUtensorMap* v_map,
+                                            const uint32_t* k_meta, const uint32_t* v_meta) {
+    bar_expect(bar, STAGE_BYTES);
 #ifndef HS_NO_COPY
-    #pragma unroll 4
-    for (int u = pt; u < KV_BYTES / 16; u += 128) cp16(base + sw128(u / 8, u % 8), kv + 16 * u);  // 64 rows x 8
-    #pragma unroll 4
-    for (int u = pt; u < VV_BYTES / 16; u += 128)  // 128 rows x 4 chunks
-        cp16(base + KV_BYTES + (u / 4 / 8) * 512 + (u % 4) * 128 + (u / 4 % 8) * 16, vv + 16 * u);
-    const uint8_t* km = reinterpret_cast<const uint8_t*>(k_meta + ks * BS * D / 32);
-    const uint8_t* vm = reinterpret_cast<const uint8_t*>(v_meta + vs * D * BS / 32);
-    for (int u = pt; u < KM_BYTES / 16; u += 128) cp16(base + KV_BYTES + VV_BYTES + 16 * u, km + 16 * u);
-    for (int u = pt; u < VM_BYTES / 16; u += 128) cp16(base + KV_BYTES + VV_BYTES + KM_BYTES + 16 * u, vm + 16 * u);
+    const int ks = ~k_entry, vs = ~v_entry;
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];"
+        ::"r"(base), "l"(k_map), "r"(0), "r"(0), "r"(ks), "r"(bar) : "memory");
+    asm volatile(
+        "cp.async.bulk.tensor.5d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5, %6}], "
+        "[%7];" ::"r"(base + KV_BYTES), "l"(v_map), "r"(0), "r"(0), "r"(0), "r"(0), "r"(vs), "r"(bar) : "memory");
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                 ::"r"(base + KV_BYTES + VV_BYTES), "l"(k_meta + (size_t)ks * BS * D / 32), "r"(KM_BYTES), "r"(bar)
+                 : "memory");
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                 ::"r"(base + KV_BYTES + VV_BYTES + KM_BYTES), "l"(v_meta + (size_t)vs * D * BS / 32), "r"(VM_BYTES),
+                   "r"(bar) : "memory");
+#else
+    // nothing copied: the expected bytes are declared done by hand
+    asm volatile("mbarrier.complete_tx.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(STAGE_BYTES) : "memory");
 #endif
-    asm volatile("cp.async.commit_group;");
 }
 
 // q [t, h_q, 128] bf16; bound [t, h_q] float32 (each row's softmax offset, log2 units); out [t, h_q, 128] float32,
-// lse [t, h_q]; index maps [h_kv, nb], every entry sparse
+// lse [t, h_q]; index maps [h_kv, nb], every entry sparse; q_pos0 < 0: no mask, else query token i sits at position
+// q_pos0 + i of the prefix and sees the keys at or before it
 __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
     const __nv_bfloat16* __restrict__ q, const uint16_t* __restrict__ k_vals, const uint32_t* __restrict__ k_meta,
     const uint16_t* __restrict__ v_vals, const uint32_t* __restrict__ v_meta, const int32_t* __restrict__ k_index,
     const int32_t* __restrict__ v_index, const float* __restrict__ bound, float* __restrict__ out,
-    float* __restrict__ lse, int t_len, int nb, float scale_log2) {
+    float* __restrict__ lse, int t_len, int nb, float scale_log2, int q_pos0, const __grid_constant__ CUtensorMap k_map,
+    const __grid_constant__ CUtensorMap v_map) {
     extern __shared__ __align__(1024) uint8_t smem[];
     const int tid = threadIdx.x, wg = tid / 128, lane = tid % 32;
-    const int tile = blockIdx.x, hk = blockIdx.y, h_q = gridDim.y * G;
+    const int hk = blockIdx.y, h_q = gridDim.y * G;
+    // causal: the tiles with the most blocks first; this CTA reads the blocks up to its last token's
+    const bool causal = q_pos0 >= 0;
+    const int tile = causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+    const int nbc = causal ? min(nb, (q_pos0 + min(t_len, (tile + 1) * TOKENS) - 1) / BS + 1) : nb;
     const uint32_t sbase = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
     const uint32_t full = sbase + BAR_OFF, empty = full + STAGES * 8;
     if (tid == 0) {
-        for (int s = 0; s < STAGES; s++) bar_init(full + 8 * s, 128), bar_init(empty + 8 * s, CONSUMERS * 128);
+        for (int s = 0; s < STAGES; s++) bar_init(full + 8 * s, 1), bar_init(empty + 8 * s, CONSUMERS * 128);
     }
     __syncthreads();
     const int32_t* ki = k_index + (size_t)hk * nb;
     const int32_t* vi = v_index + (size_t)hk * nb;
 
-    if (wg == CONSUMERS) {  // the producer: block j into stage j % STAGES, two blocks' copies in flight
+    if (wg == CONSUMERS) {  // the producer: one thread, block j into stage j % STAGES once the stage is free
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(PRODUCER_REGS));
-        int k_next = nb > 0 ? ki[0] : 0, v_next = nb > 0 ? vi[0] : 0;
-        for (int j = 0; j < nb; j++) {
-            const int ke = k_next, ve = v_next;
-            if (j + 1 < nb) k_next = ki[j + 1], v_next = vi[j + 1];
-            if (j >= STAGES) bar_wait(empty + 8 * (j % STAGES), (j / STAGES - 1) & 1);
-            stage_block(sbase + STAGE_OFF + (j % STAGES) * STAGE_BYTES, ke, ve, k_vals, k_meta, v_vals, v_meta, tid % 128);
-            if (j > 0) {
-                asm volatile("cp.async.wait_group 1;" ::: "memory");
-                async_proxy_fence();
-                bar_arrive(full + 8 * ((j - 1) % STAGES));
+        if (tid % 128 == 0) {
+            asm volatile("prefetch.tensormap [%0];" ::"l"(&k_map) : "memory");
+            asm volatile("prefetch.tensormap [%0];" ::"l"(&v_map) : "memory");
+            int k_next = nbc > 0 ? ki[0] : 0, v_next = nbc > 0 ? vi[0] : 0;  // the entries one block ahead
+            for (int j = 0; j < nbc; j++) {
+                const int ke = k_next, ve = v_next;
+                if (j + 1 < nbc) k_next = ki[j + 1], v_next = vi[j + 1];
+                if (j >= STAGES) bar_wait(empty + 8 * (j % STAGES), (j / STAGES - 1) & 1);
+                stage_block(sbase + STAGE_OFF + (j % STAGES) * STAGE_BYTES, full + 8 * (j % STAGES), ke, ve, &k_map, &v_map,
+                            k_meta, v_meta);
             }
-        }
-        if (nb > 0) {
-            asm volatile("cp.async.wait_group 0;" ::: "memory");
-            async_proxy_fence();
-            bar_arrive(full + 8 * ((nb - 1) % STAGES));
         }
         return;
     }
@@ -200,9 +208,14 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(CONSUMER_REGS));
     const int w = (tid % 128) / 32, g = lane / 4, t = lane % 4;  // warp of the warpgroup; fragment coordinates
     const int token0 = tile * TOKENS + wg * (ROWS / G);
+    const int diag = causal ? (q_pos0 + token0) / BS : nbc;  // from this block on, some keys follow some tokens
     uint8_t* q_s = smem + Q_OFF + wg * Q_BYTES;
     const uint32_t q_a = sbase + Q_OFF + wg * Q_BYTES, p_a = sbase + P_OFF + wg * P_BYTES;
     float* red = reinterpret_cast<float*>(smem + RED_OFF) + wg * 4 * ROWS;  // [4 warps][64 rows]
+    // this lane's row address of P^T's stores (lanes 8 i .. 8 i + 7 give the rows of piece i: keys 16 w + 8 (i % 2),
+    // rows 8 (i / 2) + lane % 8 of each 16-row group)
+    const int st_row = 8 * (lane / 16) + lane % 8, st_chunk = 2 * w + (lane / 8) % 2;
+    const uint32_t p_store = p_a + st_row * 128 + ((st_chunk ^ (st_row % 8)) * 16);
 
     // Q^T: row r = token token0 + r / 4, head 4 hk + r % 4; 16 chunks of 8 d per row, two atoms
     for (int u = tid % 128; u < ROWS * 16; u += 128) {
@@ -233,8 +246,8 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
         #pragma unroll
         for (int k = 0; k < 4; k++) ek[k] = meta_reg(km[(16 * w + g) * 4 + k], km[(16 * w + g + 8) * 4 + k], t);
     };
-    if (nb > 0) k_meta_regs(0);
-    for (int j = 0; j < nb; j++) {
+    if (nbc > 0) k_meta_regs(0);
+    for (int j = 0; j < nbc; j++) {
         const int stage = j % STAGES;
         const uint32_t st = sbase + STAGE_OFF + stage * STAGE_BYTES;
         const uint32_t* vm =
@@ -261,6 +274,14 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
 
         // P^T [64 rows, 64 keys] in one 128B-swizzled atom: the accumulator's 8 x 8 pieces (keys 16 w + 8 h + g,
         // rows 8 j + 2 t, + 1) stored transposed by stmatrix, four per instruction
+        if (j >= diag) {  // a key after a row's token: key 64 j + 16 w + 8 h + g, the token of rows 8 jj + 2 t, + 1
+            #pragma unroll
+            for (int jj = 0; jj < 8; jj++)
+                #pragma unroll
+                for (int h = 0; h < 2; h++)
+                    if (BS * j + 16 * w + 8 * h + g > q_pos0 + token0 + 2 * jj + t / 2)
+                        s[4 * jj + 2 * h] = s[4 * jj + 2 * h + 1] = -INFINITY;
+        }
         uint32_t pk[16];
         #pragma unroll
         for (int jj = 0; jj < 8; jj++)
@@ -278,11 +299,8 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
                 pk[2 * jj + h] = pack_bf16(p0, p1);
             }
         #pragma unroll
-        for (int n = 0; n < 4; n++) {
-            const int piece = lane / 8, row = 8 * (2 * n + piece / 2) + lane % 8, chunk = 2 * w + piece % 2;
-            stmatrix_trans(p_a + row * 128 + ((chunk ^ (row % 8)) * 16), pk[4 * n], pk[4 * n + 1], pk[4 * n + 2],
-                           pk[4 * n + 3]);
-        }
+        for (int n = 0; n < 4; n++)  // rows 16 n + 8 (lane / 16) + lane % 8: n moves the address by 16 rows
+            stmatrix_trans(p_store + 2048 * n, pk[4 * n], pk[4 * n + 1], pk[4 * n + 2], pk[4 * n + 3]);
         uint32_t ev[2][2];
         #pragma unroll
         for (int mt = 0; mt < 2; mt++)
@@ -291,7 +309,7 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
                 const int r0 = 64 * mt + 16 * w + g;
                 ev[mt][kk] = meta_reg(vm[r0 * 2 + kk], vm[(r0 + 8) * 2 + kk], t);
             }
-        if (j + 1 < nb) k_meta_regs(j + 1);
+        if (j + 1 < nbc) k_meta_regs(j + 1);
         async_proxy_fence();  // every warp's P^T stores, before the warpgroup's wgmma reads them
         group_sync(wg);
         wgmma_fence();
@@ -336,20 +354,82 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
 
 }  // namespace
 
-// 0 on success, else a cudaError_t (cudaErrorNotSupported without bound: only the static offset is built)
-extern "C" int trans_both_sp_launch(const void* q, const void* k_vals, const void* k_meta, const void* v_vals,
-                                    const void* v_meta, const int32_t* k_index, const int32_t* v_index,
-                                    const float* bound, float* out, float* lse, int t_len, int h_kv, int nb,
-                                    float scale_log2, void* stream) {
+// The pools' tensor maps (cuTensorMapEncodeTiled, through the runtime's driver entry points: no link to libcuda).
+// Their slot counts are bounded by the allocation that holds each pool (cuMemGetAddressRange).
+template <typename F>
+static F driver_fn(const char* name) {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found;
+    if (cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess)
+        return nullptr;
+    return reinterpret_cast<F>(fn);
+}
+
+static bool pool_maps(const void* k_vals, const void* v_vals, CUtensorMap* k_map, CUtensorMap* v_map) {
+    using Encode = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+    using Range = CUresult (*)(CUdeviceptr*, size_t*, CUdeviceptr);
+    static const Encode encode = driver_fn<Encode>("cuTensorMapEncodeTiled");
+    static const Range range = driver_fn<Range>("cuMemGetAddressRange");
+    if (!encode || !range) return false;
+    auto slots = [&](const void* p, cuuint64_t block_bytes) -> cuuint64_t {
+        CUdeviceptr base = 0;
+        size_t size = 0;
+        if (range(&base, &size, reinterpret_cast<CUdeviceptr>(p)) != CUDA_SUCCESS) return 0;
+        return (base + size - reinterpret_cast<CUdeviceptr>(p)) / block_bytes;
+    };
+    const cuuint64_t ks = slots(k_vals, KV_BYTES), vs = slots(v_vals, VV_BYTES);
+    if (!ks || !vs) return false;
+    const cuuint32_t ones[5] = {1, 1, 1, 1, 1};
+    const cuuint64_t k_dim[3] = {64, 64, ks}, k_stride[2] = {128, KV_BYTES};
+    const cuuint32_t k_box[3] = {64, 64, 1};
+    // V^T [slot][128 rows][4 units of 8]: element e of unit u of row 8 g + r at dims (e, r, u, g, slot)
+    const cuuint64_t v_dim[5] = {8, 8, 4, 16, vs}, v_stride[4] = {64, 16, 512, VV_BYTES};
+    const cuuint32_t v_box[5] = {8, 8, 4, 16, 1};
+    return encode(k_map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<void*>(k_vals), k_dim, k_stride, k_box, ones,
+                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS &&
+           encode(v_map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 5, const_cast<void*>(v_vals), v_dim, v_stride, v_box, ones,
+                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+static int launch(const void* q, const void* k_vals, const void* k_meta, const void* v_vals, const void* v_meta,
+                  const int32_t* k_index, const int32_t* v_index, const float* bound, float* out, float* lse, int t_len,
+                  int h_kv, int nb, float scale_log2, int q_pos0, void* stream) {
     if (!bound) return cudaErrorNotSupported;
     static const cudaError_t attr = cudaFuncSetAttribute(trans_both_sp, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM);
     if (attr != cudaSuccess) return attr;
+    CUtensorMap k_map, v_map;
+    if (!pool_maps(k_vals, v_vals, &k_map, &v_map)) return cudaErrorInvalidValue;
     const dim3 grid((t_len + TOKENS - 1) / TOKENS, h_kv);
     trans_both_sp<<<grid, THREADS, SMEM, static_cast<cudaStream_t>(stream)>>>(
         static_cast<const __nv_bfloat16*>(q), static_cast<const uint16_t*>(k_vals), static_cast<const uint32_t*>(k_meta),
         static_cast<const uint16_t*>(v_vals), static_cast<const uint32_t*>(v_meta), k_index, v_index, bound, out, lse,
-        t_len, nb, scale_log2);
+        t_len, nb, scale_log2, q_pos0, k_map, v_map);
     return cudaGetLastError();
+}
+
+// 0 on success, else a cudaError_t (cudaErrorNotSupported without bound: only the static offset is built;
+// cudaErrorInvalidValue: a tensor map could not be encoded)
+extern "C" int trans_both_sp_launch(const void* q, const void* k_vals, const void* k_meta, const void* v_vals,
+                                    const void* v_meta, const int32_t* k_index, const int32_t* v_index,
+                                    const float* bound, float* out, float* lse, int t_len, int h_kv, int nb,
+                                    float scale_log2, void* stream) {
+    return launch(q, k_vals, k_meta, v_vals, v_meta, k_index, v_index, bound, out, lse, t_len, h_kv, nb, scale_log2, -1,
+                  stream);
+}
+
+// the same, causal: query token i sits at position q_pos0 + i of the prefix (0 <= q_pos0, q_pos0 + t_len <= 64 nb)
+extern "C" int trans_both_sp_launch_causal(const void* q, const void* k_vals, const void* k_meta, const void* v_vals,
+                                           const void* v_meta, const int32_t* k_index, const int32_t* v_index,
+                                           const float* bound, float* out, float* lse, int t_len, int h_kv, int nb,
+                                           float scale_log2, int q_pos0, void* stream) {
+    if (q_pos0 < 0 || q_pos0 + t_len > BS * nb) return cudaErrorInvalidValue;
+    return launch(q, k_vals, k_meta, v_vals, v_meta, k_index, v_index, bound, out, lse, t_len, h_kv, nb, scale_log2,
+                  q_pos0, stream);
 }
 
 extern "C" int trans_both_sp_resident() {
