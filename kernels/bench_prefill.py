@@ -11,9 +11,12 @@ runs it, each chunk against the previous chunks stored in the pools with block s
 is that of the one-shot prefill. "one shot" is the whole sequence as one chunk (dense, no pools).
 The kernel variant follows the prefix's entries (K, V: 1 all dense, 2 all sparse, 3 mixed).
 
+CUDA rows (sm_90): the same sequence in one chunk whose tiles are all compressed first (``compress_chunk(k, v, 1,
+1)``), on wgmma.sp (``gpu.prefill_compressed_attention``), with and without the compression's time.
+
 TileLang rows: one sequence of ``--tokens`` tokens prefilled in one chunk (prefix_len = 0). Shapes
 everywhere: Llama-3.1-8B attention (32 query heads, 8 KV heads, d 128, bf16), causal. Ours: the chunk's own full tiles
-compressed first (``tl_prefill.compress_chunk``, magnitude 2:4 via the fused compressor) at the
+compressed first (``chunk_blocks.compress_chunk``, magnitude 2:4 via the fused compressor) at the
 given S_K / S_V (S = 0: every tile dense, straight from k/v). Effective TFLOP/s counts the dense
 causal work for every row: 4 * T^2 / 2 * H_q * D (two GEMMs, 2 FLOP per multiply-add, half the
 score matrix), whatever the kernel skips. ``--prebuild`` compiles every kernel the GPU tests and
@@ -34,6 +37,7 @@ from concurrent.futures import ProcessPoolExecutor
 import torch
 
 from hs_kernels.bench_gpu import rel_err
+from hs_kernels.chunk_blocks import compress_chunk
 
 H_Q, H_KV, D = 32, 8, 128
 BENCH_S = ((0, 0), (0, 1), (1, 1), (1, 0), (0.5, 0.5))  # (S_K, S_V) of the chunk's tiles
@@ -157,6 +161,7 @@ def bench(tokens: int, variants, chunk: int, triton_configs, tilelang: bool) -> 
         ref_out = sdpa(qb, kb, vb, is_causal=True, enable_gqa=True)[0].transpose(0, 1)
 
     bench_triton(q, k, v, chunk, triton_configs, add, ref_out)
+    bench_cuda(q, k, v, add)
     if not tilelang:
         return rows
     from hs_kernels import tl_prefill as P
@@ -167,7 +172,7 @@ def bench(tokens: int, variants, chunk: int, triton_configs, tilelang: bool) -> 
     for rows_n, p_major, threads, softmax in variants:
         tag = f"[{rows_n} rows, {threads} thr, P^T {p_major}, softmax {softmax}]"
         for sk, sv in BENCH_S:
-            compressed = None if (sk, sv) == (0, 0) else P.compress_chunk(k, v, sk, sv)
+            compressed = None if (sk, sv) == (0, 0) else compress_chunk(k, v, sk, sv)
             run = lambda: P.prefill_blocks(q, k, v, k_pool, v_pool, idx, idx, 0, chunk=compressed,  # noqa: E731
                                            modes=("dense", "dense"), rows=rows_n, p_major=p_major,
                                            threads=threads, softmax=softmax)
@@ -186,10 +191,34 @@ def bench(tokens: int, variants, chunk: int, triton_configs, tilelang: bool) -> 
     from hs_kernels import gpu
     blocks = k[: t // 64 * 64].view(t // 64, 64, H_KV, D).permute(2, 0, 1, 3).reshape(-1, 64, D).contiguous()
     ms_c = timeit(lambda: (gpu.compress_magnitude(blocks, "k"), gpu.compress_magnitude(blocks, "v")))
-    ms_cc = timeit(lambda: P.compress_chunk(k, v, 1, 1))
+    ms_cc = timeit(lambda: compress_chunk(k, v, 1, 1))
     print(f"  compression K+V (fused kernel only) {ms_c:.3f} ms; compress_chunk(1, 1) incl. gather/argsort {ms_cc:.3f} ms",
           flush=True)
     return rows
+
+
+def bench_cuda(q, k, v, add) -> None:
+    """The CUDA Trans-Both kernel on wgmma.sp (``gpu.prefill_compressed_attention``), one shot, every tile 2:4: the
+    entry point's whole cost (offsets, kernel, underflow check), then with the chunk's compression."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.functional import scaled_dot_product_attention as sdpa
+
+    from hs_kernels import cuda_prefill, gpu
+    from hs_kernels.chunk_blocks import chunk_as_dense
+
+    if not cuda_prefill.supports(q, k.shape[1]):
+        print("  CUDA wgmma.sp prefill: not supported here (needs sm_90, nvcc, bf16, d 128)", flush=True)
+        return
+    chunk = compress_chunk(k, v, 1, 1)
+    out, _ = gpu.prefill_compressed_attention(q, k, v, chunk)
+    kd, vd = (x.transpose(0, 1)[None] for x in chunk_as_dense(k, v, chunk))
+    with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+        same_keys = sdpa(q.transpose(0, 1)[None], kd, vd, is_causal=True, enable_gqa=True)[0].transpose(0, 1)
+    note = f"rel.err vs cuDNN on the same keys {rel_err(out, same_keys):.1e}"
+    add("ours CUDA wgmma.sp one shot, S_K=1 S_V=1", timeit(lambda: gpu.prefill_compressed_attention(q, k, v, chunk)),
+        note)
+    add("  the same with compress_chunk(1, 1)",
+        timeit(lambda: gpu.prefill_compressed_attention(q, k, v, compress_chunk(k, v, 1, 1))))
 
 
 def _pools_at(x: torch.Tensor, operand: str, s: float, gen: torch.Generator):

@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import hashlib
 import os
-import shutil
-import subprocess
 import warnings
 from pathlib import Path
 
 import torch
+
+from . import nvcc
 
 SOURCE = Path(os.environ.get("HS_CUDA_DECODE_SOURCE") or Path(__file__).with_name("cuda") / "decode_sp.cu")
 HEAD_DIMS = (64, 128)
@@ -30,15 +29,9 @@ DEFAULT_SLOTS = 3  # 48 KB per warp at head_dim 128: 4 warps per SM
 _ERR_UNSUPPORTED = 1000
 
 
-def _nvcc() -> str | None:
-    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
-    candidate = Path(home) / "bin" / "nvcc" if home else None
-    return str(candidate) if candidate and candidate.exists() else shutil.which("nvcc")
-
-
 @functools.lru_cache(maxsize=None)
 def available() -> bool:
-    return (torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 8 and _nvcc() is not None)
+    return (torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 8 and nvcc.find() is not None)
 
 
 def supports(head_dim: int, group: int) -> bool:
@@ -59,31 +52,9 @@ def built() -> bool:
     return True
 
 
-def nvcc_command(arch: str, output: Path, *extra: str) -> list[str]:
-    """The nvcc command that compiles ``SOURCE`` for ``arch`` into ``output`` (``extra``: the output
-    kind and any reporting flags), as the shipped library is built."""
-    nvcc = _nvcc()
-    if nvcc is None:
-        raise RuntimeError("nvcc not found (set CUDA_HOME): needed to build the CUDA decode kernel")
-    return [nvcc, "-O3", f"-arch={arch}", "-std=c++17", *extra, "-o", str(output), str(SOURCE)]
-
-
 def build(arch: str, cache: Path | None = None) -> Path:
-    """The shared library for ``arch`` (e.g. "sm_90"), compiled unless already in ``cache``."""
-    src = SOURCE.read_bytes()
-    cache = cache or Path(os.environ.get("HS_KERNELS_CACHE", Path.home() / ".cache" / "hs_kernels"))
-    so = cache / f"decode_sp-{arch}-{hashlib.sha256(src).hexdigest()[:16]}.so"
-    if so.exists():
-        return so
-    tmp = so.with_name(f"{so.name}.{os.getpid()}.tmp")
-    cmd = nvcc_command(arch, tmp, "-shared", "-Xcompiler", "-fPIC")
-    cache.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode:
-        tmp.unlink(missing_ok=True)
-        raise RuntimeError(f"nvcc failed building {SOURCE.name}: {proc.stderr.strip()[-2000:]}")
-    os.replace(tmp, so)
-    return so
+    """The shared library for ``arch`` (e.g. "sm_90"), compiled unless already in ``cache`` (``nvcc.library``)."""
+    return nvcc.library(SOURCE, arch, cache=cache)
 
 
 @functools.lru_cache(maxsize=None)

@@ -4,8 +4,10 @@
 returns the same results; on CUDA float16/bfloat16 inputs of a supported shape it runs the CUDA kernel
 on the sparse tensor cores (``cuda_decode``) where ``cuda_decode_supported``, else the Triton kernel
 (``triton_decode``); anything else runs the reference.
-``prefill_attention`` likewise runs the Triton prefill kernel (``triton_prefill``); the TileLang
-Trans-Both kernel on sparse tensor cores (``tl_prefill``) is slower so far and only benchmarked.
+``prefill_attention`` likewise runs the Triton prefill kernel (``triton_prefill``).
+``prefill_compressed_attention`` (the paper's prefill: the chunk's own tiles compressed first) runs the CUDA
+Trans-Both kernel on the sparse tensor cores (``cuda_prefill``) where every tile is 2:4, else the TileLang one
+(``tl_prefill``), else the reference.
 ``streaming_attention`` (sink + window, the streaming groups) runs ``triton_stream``.
 ``compress_magnitude`` is the fused pruner + compressor (Triton
 ``triton_compress``; the TileLang ``tl_compress`` on request), with a PyTorch fallback. ``triton``
@@ -334,6 +336,33 @@ def prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     return triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len, _ref._scale(sm_scale, q),
                           block_m, num_warps, num_stages, select, chunk_n=chunk_n, heads=heads, densify=densify,
                           prefix_n=prefix_n, tma=tma)
+
+
+def prefill_compressed_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, chunk,
+                                 sm_scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The paper's prefill: a chunk without a cached prefix attending causally to itself with its full tiles
+    compressed first (``chunk``: ``chunk_blocks.compress_chunk(k, v, s_k, s_v)``). The oracle is the reference
+    ``prefill_attention`` on ``chunk_blocks.chunk_as_dense(k, v, chunk)`` with an empty prefix. Runs the sparse tensor
+    cores (``cuda_prefill.attend``) where every tile of K and V is 2:4 and ``cuda_prefill.supports`` the queries (bf16,
+    head_dim 128, GQA ratio dividing 64, sm_90), else the TileLang kernel where importable, else the oracle.
+    Returns ``out [T, H_q, D]`` (q's dtype) and ``lse [T, H_q]`` (float32)."""
+    from . import cuda_prefill
+    from .chunk_blocks import chunk_as_dense
+
+    pools = [BlockPool.allocate(op, q.shape[-1], 0, 0, q.dtype, q.device) for op in ("k", "v")]
+    empty = torch.zeros((k.shape[1] if k.dim() == 3 else 1, 1), dtype=torch.int32, device=q.device)
+    _ref._check_prefill(q, k, v, *pools, empty, empty, 0)
+    h_kv = k.shape[1]
+    if (_gpu_allowed() and chunk.k_mode == chunk.v_mode == "sparse" and cuda_prefill.supports(q, h_kv)
+            and cuda_prefill.built(q.shape[1] // h_kv)):
+        return cuda_prefill.attend(q, chunk.k_vals, chunk.k_meta, chunk.v_vals, chunk.v_meta, chunk.k_index,
+                                   chunk.v_index, _ref._scale(sm_scale, q), q_pos0=0)
+    if tilelang_available() and q.is_cuda:
+        from . import tl_prefill
+
+        if tl_prefill.supported(q, k, v, *pools):
+            return tl_prefill.prefill_blocks(q, k, v, *pools, empty, empty, 0, sm_scale, chunk=chunk)
+    return _ref.prefill_attention(q, *chunk_as_dense(k, v, chunk), *pools, empty, empty, 0, sm_scale)
 
 
 def _entry_kinds(k_index: torch.Tensor, v_index: torch.Tensor, used: int) -> tuple[int, int]:

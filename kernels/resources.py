@@ -196,10 +196,10 @@ def triton_usage(v: Variant) -> Usage:
 
 def cuda_decode_usage() -> list[Usage]:
     """The CUDA decode's instantiations (head_dim 64 / 128 x fp16 / bf16 x the slot counts)."""
-    from . import cuda_decode
+    from . import cuda_decode, nvcc
 
     with tempfile.TemporaryDirectory() as tmp:
-        log = _ptxas_log(cuda_decode.nvcc_command(f"sm_{ARCH}", Path(tmp) / "k.cubin", "-cubin", "-Xptxas", "-v"))
+        log = _ptxas_log(nvcc.command(cuda_decode.SOURCE, f"sm_{ARCH}", Path(tmp) / "k.cubin", "-cubin", "-Xptxas", "-v"))
     names = re.findall(r"Compiling entry function '(\S+)'", log)
     return [Usage(f"cuda decode {_instantiation(n)}", regs, spills, None) for n, (regs, spills) in zip(names, _parse(log))]
 
@@ -216,7 +216,7 @@ def tilelang_usage() -> list[Usage]:
     import tilelang
     from tilelang import tvm
 
-    from . import cuda_decode, tl_compress, tl_prefill
+    from . import nvcc, tl_compress, tl_prefill
 
     target = tvm.target.Target({"kind": "cuda", "arch": f"sm_{ARCH}"})
     root = Path(tilelang.__file__).parent
@@ -235,7 +235,7 @@ def tilelang_usage() -> list[Usage]:
                 source = build().get_kernel_source()
             cu = Path(tmp) / "k.cu"
             cu.write_text(source)
-            log = _ptxas_log([cuda_decode._nvcc(), "-cubin", f"-arch=sm_{ARCH}a", "-std=c++17", "-O3", "-w",
+            log = _ptxas_log([nvcc.find(), "-cubin", f"-arch=sm_{ARCH}a", "-std=c++17", "-O3", "-w",
                               f"-I{root / 'src'}", f"-I{root / '3rdparty' / 'cutlass' / 'include'}",
                               "--use_fast_math", "-Xptxas", "-v", "-o", str(Path(tmp) / "k.cubin"), str(cu)])
             (regs, spills), = _parse(log)

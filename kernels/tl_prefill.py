@@ -462,7 +462,7 @@ def prefill_blocks(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len, sm_sca
                    modes=None, rows=None, threads=None, stages=None, p_major=None, softmax=None, out=None, lse=None):
     """The kernel behind ``prefill_attention`` with its knobs exposed (benchmarks, tests).
 
-    chunk: None (the chunk's own tiles dense, from ``k``/``v``) or ``ChunkBlocks`` (``compress_chunk``):
+    chunk: None (the chunk's own tiles dense, from ``k``/``v``) or ``ChunkBlocks`` (``chunk_blocks.compress_chunk``):
       chunk tile ``c`` (tokens ``64c .. 64c+63`` of the chunk) is read from 2:4 slots where its chunk
       index entry is < 0, from ``k``/``v`` otherwise.
     modes: (k_mode, v_mode) of the prefix, default from the index maps (one host sync).
@@ -513,65 +513,3 @@ entry point (it also honours ``HS_KERNELS_NO_GPU``). The chunk's own keys/values
     if not supported(q, k, v, k_pool, v_pool):
         return _ref.prefill_attention(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len, sm_scale)
     return prefill_blocks(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len, sm_scale)
-
-
-class ChunkBlocks:
-    """The chunk's own full 64-token tiles, some compressed 2:4 (``compress_chunk``)."""
-
-    def __init__(self, k_index, v_index, k_vals, k_meta, v_vals, v_meta, k_mode, v_mode):
-        self.k_index, self.v_index = k_index, v_index
-        self.k_vals, self.k_meta, self.v_vals, self.v_meta = k_vals, k_meta, v_vals, v_meta
-        self.k_mode, self.v_mode = k_mode, v_mode
-
-
-def compress_chunk(k: torch.Tensor, v: torch.Tensor, s_k: float, s_v: float) -> ChunkBlocks:
-    """Compress the chunk's full tiles (magnitude 2:4, ``hs_kernels.gpu.compress_magnitude``, the
-    fused TileLang compressor): per KV head the ``round(S * full tiles)`` lowest-loss tiles become
-    sparse (all of them at S = 1; no sink/window exemption here: that is the caller's policy).
-    The partial last tile stays dense. Entry ``h, c`` of the chunk index maps: ``~(h * nf + c)``
-    (2:4 slot) or 0 (dense, read from k/v)."""
-    from . import gpu
-
-    t, h_kv, d = k.shape
-    nf = t // BLOCK_SIZE
-    nbc = max(1, -(-t // BLOCK_SIZE))
-    res = []
-    for x, s, operand in ((k, s_k, "k"), (v, s_v, "v")):
-        index = torch.zeros((h_kv, nbc), dtype=torch.int32, device=k.device)
-        n_sp = int(round(s * nf))
-        if nf == 0 or n_sp == 0:
-            (vs, ms) = sparse_shapes(operand, d)
-            res.append((index, torch.zeros((1, *vs), dtype=x.dtype, device=x.device),
-                        torch.zeros((1, *ms), dtype=META_DTYPE, device=x.device), "dense"))
-            continue
-        blocks = x[:nf * BLOCK_SIZE].view(nf, BLOCK_SIZE, h_kv, d).permute(2, 0, 1, 3).reshape(h_kv * nf, BLOCK_SIZE, d)
-        vals, meta, loss = gpu.compress_magnitude(blocks.contiguous(), operand)
-        order = loss.view(h_kv, nf).argsort(dim=1)[:, :n_sp]  # lowest loss first
-        slots = (torch.arange(h_kv, device=x.device)[:, None] * nf + order).int()
-        index[:, :nf].scatter_(1, order, ~slots)
-        mode = "sparse" if (n_sp == nf and nbc == nf) else "mixed"
-        res.append((index, vals, meta, mode))
-    (ki, kvals, kmeta, km), (vi, vvals, vmeta, vm) = res
-    return ChunkBlocks(ki, vi, kvals, kmeta, vvals, vmeta, km, vm)
-
-
-def chunk_as_dense(k: torch.Tensor, v: torch.Tensor, chunk: ChunkBlocks) -> tuple[torch.Tensor, torch.Tensor]:
-    """The chunk's k, v with the compressed tiles decompressed (pruned elements zero): the oracle's
-    inputs for a kernel run on ``chunk``."""
-    from .compressor import decompress_blocks
-
-    outs = []
-    for x, index, vals, meta, operand in ((k, chunk.k_index, chunk.k_vals, chunk.k_meta, "k"),
-                                          (v, chunk.v_index, chunk.v_vals, chunk.v_meta, "v")):
-        x = x.clone()
-        t, h_kv, d = x.shape
-        nf = t // BLOCK_SIZE
-        sp = index[:, :nf] < 0
-        if nf and bool(sp.any()):
-            hh, cc = torch.nonzero(sp, as_tuple=True)
-            slots = (~index[hh, cc]).long()
-            dec = decompress_blocks(vals[slots], meta[slots], operand)  # [n, 64, D]
-            tok = cc[:, None] * BLOCK_SIZE + torch.arange(BLOCK_SIZE, device=x.device)[None]
-            x[tok, hh[:, None]] = dec
-        outs.append(x)
-    return outs[0], outs[1]

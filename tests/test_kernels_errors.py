@@ -74,9 +74,9 @@ def test_valid_calls_next_to_the_rejected_ones_pass():
 def test_cuda_decode_kernel_builds_for_hopper(tmp_path):
     """The CUDA decode source compiles for sm_90 with the machine's nvcc (no GPU needed), once: a second
     build finds the cached library."""
-    from hs_kernels import cuda_decode
+    from hs_kernels import cuda_decode, nvcc
 
-    if cuda_decode._nvcc() is None:
+    if nvcc.find() is None:
         pytest.skip("no nvcc on this machine")
     so = cuda_decode.build("sm_90", tmp_path)
     assert so.exists() and so.stat().st_size > 0 and list(tmp_path.iterdir()) == [so]

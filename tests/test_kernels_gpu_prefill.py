@@ -13,6 +13,7 @@ from kv_cases import prefill_inputs, rel_err
 
 from hs_kernels import attention as ref
 from hs_kernels import gpu
+from hs_kernels.chunk_blocks import chunk_as_dense, compress_chunk
 
 pytestmark = [
     pytest.mark.gpu,
@@ -61,8 +62,8 @@ def test_prefill_matches_reference(case):
     chunk = None
     k_ref, v_ref = k, v
     if chunk_s is not None:
-        chunk = tl_prefill.compress_chunk(k, v, *chunk_s)
-        k_ref, v_ref = tl_prefill.chunk_as_dense(k, v, chunk)
+        chunk = compress_chunk(k, v, *chunk_s)
+        k_ref, v_ref = chunk_as_dense(k, v, chunk)
         assert (not chunk_s[0] or bool((chunk.k_index < 0).any())) and (not chunk_s[1] or bool((chunk.v_index < 0).any()))
     out = torch.full_like(q, float("nan"))
     lse = torch.full((t, h_q), float("nan"), dtype=torch.float32, device="cuda")

@@ -8,7 +8,7 @@ pytest.importorskip("triton")
 
 from hs_kernels import cuda_decode, resources  # noqa: E402
 
-pytestmark = pytest.mark.skipif(resources.ptxas() is None or cuda_decode._nvcc() is None, reason="needs ptxas and nvcc")
+pytestmark = pytest.mark.skipif(resources.ptxas() is None or nvcc.find() is None, reason="needs ptxas and nvcc")
 
 
 def test_ptxas_log_parsing():

@@ -1,11 +1,11 @@
-// Probe: the Trans-Both inner loop of the paper's prefill on Hopper's sparse tensor cores (wgmma.sp), warp-specialized.
-// A query tile attends to a prefix of 64-token blocks that are all 2:4 for K and V (hs_kernels.format pools, through
-// the index maps), without a mask or causally (trans_both_sp_launch_causal: the queries sit at given positions of the
-// prefix, each sees the keys at or before it):
+// Prefill on Hopper's sparse tensor cores (wgmma.sp, sm_90a) in the paper's Trans-Both form, warp-specialized: query
+// tokens attend to a sequence of 64-token blocks that are all 2:4 for K and V (hs_kernels.format pools, through the
+// index maps), without a mask or causally (the queries sit at given positions of the sequence, each sees the keys at
+// or before it). Driven by hs_kernels.cuda_prefill (the static offsets, the underflow fallback).
 //   S^T [64 keys, 64 rows] = K . Q^T       A = the K block's values [64, 64] (2:4 along d), 4 x wgmma.sp m64n64k32
 //   O^T [128, 64 rows]   += V^T . P^T      A = the V block's values [128, 32] (2:4 along keys), 2 x 2 x m64n64k32
-// A CTA is HS_CONSUMERS (3) consumer warpgroups, each with its own 64 rows (16 tokens x the 4 query heads of one KV
-// head: d 128, G 4, Llama's attention), and one producer warpgroup that stages each block (K and V values,
+// A CTA is HS_CONSUMERS (3) consumer warpgroups, each with its own 64 rows (64 / G tokens x the G = HS_G query heads
+// of one KV head; d 128, bf16), and one producer warpgroup that stages each block (K and V values,
 // 128B-swizzled / core matrices, and their metadata) by TMA into a ring of STAGES stages shared by the consumers,
 // handed over by mbarriers (full: one producer thread's expected bytes, brought by the tensor memory accelerator;
 // empty: every consumer thread, once its warpgroup's wgmmas that read the stage are done). The consumers
@@ -17,7 +17,7 @@
 // running while the next block's S is issued (the wait for S covers it, then the stage is released). The 2:4
 // metadata registers are written only where no wgmma is in flight (else ptxas serializes the wgmmas, C7513).
 // Layouts as measured by kernels/probes/wgmma_sp_layout.cu and wgmma_tile_layout.cu (kernels/NOTES_GPU.md).
-// Driven by kernels/probes/trans_both_sp.py (reference check and timing). Ablations, to see which part sets the time
+// kernels/probes/trans_both_sp.py checks and times it against cuDNN. Ablations, to see which part sets the time
 // (results then wrong): -DHS_NO_COPY (the producer copies nothing), -DHS_NO_S, -DHS_NO_EXP (an FMA in place of each
 // exponential), -DHS_NO_PV (the wgmmas of each part left out).
 #include <cuda.h>
@@ -30,7 +30,11 @@ namespace {
 #ifndef HS_CONSUMERS
 #define HS_CONSUMERS 3
 #endif
-constexpr int BS = 64, D = 128, ROWS = 64, G = 4;
+#ifndef HS_G
+#define HS_G 4
+#endif
+constexpr int BS = 64, D = 128, ROWS = 64, G = HS_G;
+static_assert(ROWS % G == 0 && (G == 1 || G % 2 == 0), "the query heads of a KV head fill whole rows of a consumer's 64");
 constexpr int CONSUMERS = HS_CONSUMERS, TOKENS = CONSUMERS * ROWS / G, THREADS = (CONSUMERS + 1) * 128, STAGES = 4;
 // registers per thread: the producer warpgroup hands most of its share to the consumers (setmaxnreg, in steps of 8,
 // at most 240), as FA3 does; ptxas allocates the consumer's code to that count. The pool is what the CTA got at
@@ -163,13 +167,13 @@ __device__ __forceinline__ void stage_block(uint32_t base, uint32_t bar, int k_e
 #endif
 }
 
-// q [t, h_q, 128] bf16; bound [t, h_q] float32 (each row's softmax offset, log2 units); out [t, h_q, 128] float32,
-// lse [t, h_q]; index maps [h_kv, nb], every entry sparse; q_pos0 < 0: no mask, else query token i sits at position
+// q [t, h_q, 128] bf16; bound [t, h_q] float32 (each row's softmax offset, log2 units); out [t, h_q, 128] bf16,
+// lse [t, h_q] float32 (natural log); index maps [h_kv, nb], every entry sparse; q_pos0 < 0: no mask, else query token i sits at position
 // q_pos0 + i of the prefix and sees the keys at or before it
 __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
     const __nv_bfloat16* __restrict__ q, const uint16_t* __restrict__ k_vals, const uint32_t* __restrict__ k_meta,
     const uint16_t* __restrict__ v_vals, const uint32_t* __restrict__ v_meta, const int32_t* __restrict__ k_index,
-    const int32_t* __restrict__ v_index, const float* __restrict__ bound, float* __restrict__ out,
+    const int32_t* __restrict__ v_index, const float* __restrict__ bound, __nv_bfloat16* __restrict__ out,
     float* __restrict__ lse, int t_len, int nb, float scale_log2, int q_pos0, const __grid_constant__ CUtensorMap k_map,
     const __grid_constant__ CUtensorMap v_map) {
     extern __shared__ __align__(1024) uint8_t smem[];
@@ -217,7 +221,7 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
     const int st_row = 8 * (lane / 16) + lane % 8, st_chunk = 2 * w + (lane / 8) % 2;
     const uint32_t p_store = p_a + st_row * 128 + ((st_chunk ^ (st_row % 8)) * 16);
 
-    // Q^T: row r = token token0 + r / 4, head 4 hk + r % 4; 16 chunks of 8 d per row, two atoms
+    // Q^T: row r = token token0 + r / G, head G hk + r % G; 16 chunks of 8 d per row, two atoms
     for (int u = tid % 128; u < ROWS * 16; u += 128) {
         const int r = u / 16, c = u % 16, token = token0 + r / G;
         uint4 x = make_uint4(0, 0, 0, 0);
@@ -274,13 +278,21 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
 
         // P^T [64 rows, 64 keys] in one 128B-swizzled atom: the accumulator's 8 x 8 pieces (keys 16 w + 8 h + g,
         // rows 8 j + 2 t, + 1) stored transposed by stmatrix, four per instruction
-        if (j >= diag) {  // a key after a row's token: key 64 j + 16 w + 8 h + g, the token of rows 8 jj + 2 t, + 1
+        if (j >= diag) {  // a key after a row's token: key 64 j + 16 w + 8 h + g, the token of row 8 jj + 2 t + e
             #pragma unroll
             for (int jj = 0; jj < 8; jj++)
                 #pragma unroll
-                for (int h = 0; h < 2; h++)
-                    if (BS * j + 16 * w + 8 * h + g > q_pos0 + token0 + 2 * jj + t / 2)
-                        s[4 * jj + 2 * h] = s[4 * jj + 2 * h + 1] = -INFINITY;
+                for (int h = 0; h < 2; h++) {
+                    if constexpr (G % 2 == 0) {  // rows 8 jj + 2 t and + 1: one token (a test per row spills)
+                        if (BS * j + 16 * w + 8 * h + g > q_pos0 + token0 + 8 * jj / G + (G <= 8 ? 2 * t / G : 0))
+                            s[4 * jj + 2 * h] = s[4 * jj + 2 * h + 1] = -INFINITY;
+                    } else {
+                        #pragma unroll
+                        for (int e = 0; e < 2; e++)
+                            if (BS * j + 16 * w + 8 * h + g > q_pos0 + token0 + 8 * jj + 2 * t + e)
+                                s[4 * jj + 2 * h + e] = -INFINITY;
+                    }
+                }
         }
         uint32_t pk[16];
         #pragma unroll
@@ -345,8 +357,8 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
         const float inv = 1.f / total;
         #pragma unroll
         for (int mt = 0; mt < 2; mt++) {
-            out[row * D + 64 * mt + 16 * w + g] = o[mt][i] * inv;
-            out[row * D + 64 * mt + 16 * w + g + 8] = o[mt][i + 2] * inv;
+            out[row * D + 64 * mt + 16 * w + g] = __float2bfloat16(o[mt][i] * inv);
+            out[row * D + 64 * mt + 16 * w + g + 8] = __float2bfloat16(o[mt][i + 2] * inv);
         }
         if (w == 0 && g == 0) lse[row] = (m[c] + log2f(total)) * 0.6931471805599453f;
     }
@@ -396,10 +408,14 @@ static bool pool_maps(const void* k_vals, const void* v_vals, CUtensorMap* k_map
                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-static int launch(const void* q, const void* k_vals, const void* k_meta, const void* v_vals, const void* v_meta,
-                  const int32_t* k_index, const int32_t* v_index, const float* bound, float* out, float* lse, int t_len,
-                  int h_kv, int nb, float scale_log2, int q_pos0, void* stream) {
-    if (!bound) return cudaErrorNotSupported;
+// 0 on success, else a cudaError_t (cudaErrorInvalidValue: a tensor map could not be encoded, or the queries'
+// positions do not fit the sequence). q_pos0 < 0: no mask; else query token i sits at position q_pos0 + i of the
+// sequence (0 <= q_pos0, q_pos0 + t_len <= 64 nb) and sees the keys at or before it.
+extern "C" int hs_prefill_sp(const void* q, const void* k_vals, const void* k_meta, const void* v_vals,
+                             const void* v_meta, const int32_t* k_index, const int32_t* v_index, const float* bound,
+                             void* out, float* lse, int t_len, int h_kv, int nb, float scale_log2, int q_pos0,
+                             void* stream) {
+    if (q_pos0 >= 0 && q_pos0 + t_len > BS * nb) return cudaErrorInvalidValue;
     static const cudaError_t attr = cudaFuncSetAttribute(trans_both_sp, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM);
     if (attr != cudaSuccess) return attr;
     CUtensorMap k_map, v_map;
@@ -407,32 +423,13 @@ static int launch(const void* q, const void* k_vals, const void* k_meta, const v
     const dim3 grid((t_len + TOKENS - 1) / TOKENS, h_kv);
     trans_both_sp<<<grid, THREADS, SMEM, static_cast<cudaStream_t>(stream)>>>(
         static_cast<const __nv_bfloat16*>(q), static_cast<const uint16_t*>(k_vals), static_cast<const uint32_t*>(k_meta),
-        static_cast<const uint16_t*>(v_vals), static_cast<const uint32_t*>(v_meta), k_index, v_index, bound, out, lse,
-        t_len, nb, scale_log2, q_pos0, k_map, v_map);
+        static_cast<const uint16_t*>(v_vals), static_cast<const uint32_t*>(v_meta), k_index, v_index, bound,
+        static_cast<__nv_bfloat16*>(out), lse, t_len, nb, scale_log2, q_pos0, k_map, v_map);
     return cudaGetLastError();
 }
 
-// 0 on success, else a cudaError_t (cudaErrorNotSupported without bound: only the static offset is built;
-// cudaErrorInvalidValue: a tensor map could not be encoded)
-extern "C" int trans_both_sp_launch(const void* q, const void* k_vals, const void* k_meta, const void* v_vals,
-                                    const void* v_meta, const int32_t* k_index, const int32_t* v_index,
-                                    const float* bound, float* out, float* lse, int t_len, int h_kv, int nb,
-                                    float scale_log2, void* stream) {
-    return launch(q, k_vals, k_meta, v_vals, v_meta, k_index, v_index, bound, out, lse, t_len, h_kv, nb, scale_log2, -1,
-                  stream);
-}
-
-// the same, causal: query token i sits at position q_pos0 + i of the prefix (0 <= q_pos0, q_pos0 + t_len <= 64 nb)
-extern "C" int trans_both_sp_launch_causal(const void* q, const void* k_vals, const void* k_meta, const void* v_vals,
-                                           const void* v_meta, const int32_t* k_index, const int32_t* v_index,
-                                           const float* bound, float* out, float* lse, int t_len, int h_kv, int nb,
-                                           float scale_log2, int q_pos0, void* stream) {
-    if (q_pos0 < 0 || q_pos0 + t_len > BS * nb) return cudaErrorInvalidValue;
-    return launch(q, k_vals, k_meta, v_vals, v_meta, k_index, v_index, bound, out, lse, t_len, h_kv, nb, scale_log2,
-                  q_pos0, stream);
-}
-
-extern "C" int trans_both_sp_resident() {
+// CTAs per SM (the occupancy calculator on the built kernel), -1 on an error
+extern "C" int hs_prefill_sp_resident() {
     int n = 0;
     if (cudaFuncSetAttribute(trans_both_sp, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM) != cudaSuccess ||
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, trans_both_sp, THREADS, SMEM) != cudaSuccess)

@@ -1,0 +1,154 @@
+"""The prefill on Hopper's sparse tensor cores (``cuda/prefill_sp.cu``, wgmma.sp in the paper's Trans-Both form):
+query tokens against a sequence whose K and V blocks are all 2:4, causally or without a mask.
+
+The kernel keeps no running maximum: each query row's softmax offset is static (``static_bound``: |q| times the
+longest key of its KV head times the scale, above every score by Cauchy-Schwarz). Its exponentials flush to zero
+below 2^-126, so a row whose scores all lie far below its offset would lose them: rows whose log-sum-exp ends more
+than ``UNDERFLOW_GAP`` (log2 units) below their offset, or is not finite, are recomputed exactly (``exact_rows``).
+
+Built per GQA ratio (macro ``HS_G``) for sm_90a with the machine's nvcc on first use (``nvcc.library``) and loaded
+with ctypes. ``$HS_CUDA_PREFILL_SOURCE`` names another source to build instead (a candidate version, benchmarked
+against the shipped one in the same device call).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+import warnings
+from pathlib import Path
+
+import torch
+
+from . import nvcc
+from .compressor import decompress_blocks
+from .format import BLOCK_SIZE
+
+SOURCE = Path(os.environ.get("HS_CUDA_PREFILL_SOURCE") or Path(__file__).with_name("cuda") / "prefill_sp.cu")
+HEAD_DIM = 128
+ROWS = 64  # query rows per consumer warpgroup: 64 / G tokens x the G query heads of one KV head
+# Scores more than about 24 (log2) below a row's largest add nothing a bf16 output keeps; a row's largest lies at
+# most log2(keys) <= 24 below its log-sum-exp. So a gap up to 126 - 24 - 24 keeps every score that counts in range.
+UNDERFLOW_GAP = 78.0
+LOG2E = 1.4426950408889634
+_EXACT_ROWS_PER_STEP = 1024  # rows recomputed at once (their scores are a float32 [rows, keys] matrix)
+
+
+@functools.lru_cache(maxsize=None)
+def available() -> bool:
+    """A CUDA device of compute capability 9.0 (wgmma.sp exists on sm_90a only) and nvcc."""
+    return torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0) and nvcc.find() is not None
+
+
+def supports(q: torch.Tensor, h_kv: int) -> bool:
+    """Whether ``attend`` runs for queries ``q [T, H_q, D]`` of ``h_kv`` KV heads here (the build aside): bf16, head_dim
+    128, a GQA ratio dividing 64, sm_90."""
+    group = q.shape[1] // h_kv if q.dim() == 3 and h_kv > 0 else 0
+    return (q.is_cuda and q.dtype == torch.bfloat16 and q.shape[-1] == HEAD_DIM and group > 0
+            and q.shape[1] == group * h_kv and ROWS % group == 0 and available())
+
+
+@functools.lru_cache(maxsize=None)
+def library(group: int, defines: tuple[str, ...] = ()) -> ctypes.CDLL:
+    """The kernel for ``group`` query heads per KV head (``defines``: more macros, e.g. the source's ablations)."""
+    lib = ctypes.CDLL(str(nvcc.library(SOURCE, "sm_90a", (f"HS_G={group}", *defines))))
+    p, i = ctypes.c_void_p, ctypes.c_int
+    lib.hs_prefill_sp.restype = i
+    lib.hs_prefill_sp.argtypes = [p] * 10 + [i] * 3 + [ctypes.c_float, i, p]
+    lib.hs_prefill_sp_resident.restype = i
+    return lib
+
+
+@functools.lru_cache(maxsize=None)
+def built(group: int) -> bool:
+    """``available()`` and the library for ``group`` builds and loads here; a failed build is reported once."""
+    if not available():
+        return False
+    try:
+        library(group)
+    except (RuntimeError, OSError) as e:
+        warnings.warn(f"the CUDA prefill kernel does not build here, another path is used: {e}", stacklevel=2)
+        return False
+    return True
+
+
+def static_bound(q: torch.Tensor, k_vals: torch.Tensor, k_index: torch.Tensor, scale: float) -> torch.Tensor:
+    """``[T, H_q]`` float32: each query row's softmax offset in log2 units, |q| x the longest key of its KV head among
+    the blocks of ``k_index`` x ``scale`` (a 2:4 block's values hold each pruned key's whole norm)."""
+    group = q.shape[1] // k_index.shape[0]
+    keys = k_vals[(~k_index).long()]  # [H_kv, nb, 64, D / 2]
+    longest = torch.linalg.vector_norm(keys, dim=-1, dtype=torch.float32).amax(dim=(1, 2))
+    return torch.linalg.vector_norm(q, dim=-1, dtype=torch.float32) * longest.repeat_interleave(group) * (scale * LOG2E)
+
+
+def attend(q: torch.Tensor, k_vals: torch.Tensor, k_meta: torch.Tensor, v_vals: torch.Tensor, v_meta: torch.Tensor,
+           k_index: torch.Tensor, v_index: torch.Tensor, scale: float, q_pos0: int | None = None,
+           out: torch.Tensor | None = None, lse: torch.Tensor | None = None, fallback: bool = True,
+           defines: tuple[str, ...] = ()) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attention of ``q [T, H_q, 128]`` (bf16, on an sm_90 GPU: ``supports``) over the ``64 nb`` tokens whose K and V
+    blocks are entries ``[H_kv, nb]`` of ``k_index`` / ``v_index``, every one 2:4 (``~slot`` into the pools' values
+    ``k_vals [slots, 64, 64]``, ``v_vals [slots, 128, 32]`` and metadata ``k_meta``, ``v_meta``, int16).
+
+    q_pos0: None, every query sees every key; else query ``i`` sits at position ``q_pos0 + i`` of the sequence and sees
+    the keys at or before it (``0 <= q_pos0``, ``q_pos0 + T <= 64 nb``).
+    Returns ``out [T, H_q, 128]`` bf16 and ``lse [T, H_q]`` float32 (natural log), into the buffers given if any.
+    fallback: recompute the rows whose static offset lay too far above their scores (``UNDERFLOW_GAP``); False only
+    to see what the kernel alone gives. Raises ValueError on an entry that is not 2:4 or not in the pools."""
+    t, h_q, d = q.shape
+    h_kv, nb = k_index.shape
+    if q_pos0 is not None and not (0 <= q_pos0 and q_pos0 + t <= BLOCK_SIZE * nb):
+        raise ValueError(f"queries at {q_pos0} .. {q_pos0 + t - 1} do not fit a sequence of {nb} blocks")
+    slots = torch.stack((~k_index, ~v_index)).long()
+    bad = torch.stack(((slots < 0).any(), (slots[0] >= k_vals.shape[0]).any(), (slots[1] >= v_vals.shape[0]).any()))
+    if bool(bad.any()):
+        raise ValueError("every index entry must name a 2:4 slot of its pool (~slot, inside the pool)")
+    q = q.contiguous()
+    out = torch.empty_like(q) if out is None else out
+    lse = torch.empty(t, h_q, dtype=torch.float32, device=q.device) if lse is None else lse
+    bound = static_bound(q, k_vals, k_index, scale)
+    k_index, v_index = k_index.contiguous(), v_index.contiguous()
+    launch(q, k_vals, k_meta, v_vals, v_meta, k_index, v_index, bound, scale, q_pos0, out, lse, defines)
+    if fallback:
+        rows = underflowed(bound, lse).nonzero()
+        if len(rows):
+            exact_rows(q, rows, k_vals, k_meta, v_vals, v_meta, k_index, v_index, scale, q_pos0, out, lse)
+    return out, lse
+
+
+def launch(q, k_vals, k_meta, v_vals, v_meta, k_index, v_index, bound, scale: float, q_pos0: int | None,
+           out: torch.Tensor, lse: torch.Tensor, defines: tuple[str, ...] = ()) -> None:
+    """The kernel alone on ``attend``'s checked, contiguous arguments and the offsets ``bound`` (``static_bound``)."""
+    t, h_q, _ = q.shape
+    h_kv, nb = k_index.shape
+    rc = library(h_q // h_kv, defines).hs_prefill_sp(
+        q.data_ptr(), k_vals.data_ptr(), k_meta.data_ptr(), v_vals.data_ptr(), v_meta.data_ptr(), k_index.data_ptr(),
+        v_index.data_ptr(), bound.data_ptr(), out.data_ptr(), lse.data_ptr(), t, h_kv, nb, scale * LOG2E,
+        -1 if q_pos0 is None else q_pos0, torch.cuda.current_stream(q.device).cuda_stream)
+    if rc:
+        raise RuntimeError(f"hs_prefill_sp failed: CUDA error {rc}")
+
+
+def underflowed(bound: torch.Tensor, lse: torch.Tensor) -> torch.Tensor:
+    """``[T, H_q]`` bool: the rows whose log-sum-exp (natural log) is not finite or lies more than ``UNDERFLOW_GAP``
+    below their static offset (log2 units)."""
+    return ~torch.isfinite(lse) | (bound - lse * LOG2E > UNDERFLOW_GAP)
+
+
+def exact_rows(q, rows, k_vals, k_meta, v_vals, v_meta, k_index, v_index, scale: float, q_pos0: int | None,
+               out: torch.Tensor, lse: torch.Tensor) -> None:
+    """Rows ``[n, 2]`` (token, query head) of ``attend``'s result recomputed in float32 on the decompressed blocks of
+    their KV heads, written into ``out`` and ``lse``."""
+    group = q.shape[1] // k_index.shape[0]
+    for hk in rows[:, 1].div(group, rounding_mode="floor").unique().tolist():
+        keys = decompress_blocks(k_vals[(~k_index[hk]).long()], k_meta[(~k_index[hk]).long()], "k").flatten(0, 1).float()
+        values = decompress_blocks(v_vals[(~v_index[hk]).long()], v_meta[(~v_index[hk]).long()], "v").flatten(0, 1).float()
+        mine = rows[rows[:, 1] // group == hk]
+        for part in mine.split(_EXACT_ROWS_PER_STEP):
+            token, head = part[:, 0], part[:, 1]
+            scores = q[token, head].float() @ keys.T * scale
+            if q_pos0 is not None:
+                after = torch.arange(keys.shape[0], device=q.device)[None, :] > (q_pos0 + token)[:, None]
+                scores = scores.masked_fill(after, float("-inf"))
+            lse[token, head] = scores.logsumexp(-1)
+            out[token, head] = (scores.softmax(-1) @ values).to(out.dtype)

@@ -1,0 +1,91 @@
+"""The CUDA Trans-Both prefill's host side on the CPU: its static softmax offsets, the underflow rule, the exact
+recomputation of flagged rows, the entry point's fallback off sm_90, and the source building for sm_90a (nvcc)."""
+
+import pytest
+import torch
+
+from hs_kernels import attention as ref
+from hs_kernels import cuda_prefill, gpu, nvcc
+from hs_kernels.chunk_blocks import chunk_as_dense, compress_chunk
+from hs_kernels.pool import BlockPool
+
+D = 128
+
+
+def compressed(t: int, h_kv: int, group: int, seed: int):
+    gen = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(t, h, D, generator=gen).to(torch.bfloat16) for h in (h_kv * group, h_kv, h_kv))
+    return q, k, v, compress_chunk(k, v, 1, 1)
+
+
+def oracle(q, k, v, chunk):
+    pools = [BlockPool.allocate(op, D, 0, 0, q.dtype) for op in ("k", "v")]
+    empty = torch.zeros(k.shape[1], 1, dtype=torch.int32)
+    return ref.prefill_attention(q, *chunk_as_dense(k, v, chunk), *pools, empty, empty, 0)
+
+
+def test_static_bound_is_above_every_score_and_tight():
+    """The offsets bound every row's scores, and equal the largest one for a query along its head's longest key
+    (Cauchy-Schwarz holds with equality there)."""
+    q, k, v, chunk = compressed(640, 2, 4, 3)
+    k_dense, _ = chunk_as_dense(k, v, chunk)
+    longest = k_dense[k_dense.float().norm(dim=-1).argmax(0), torch.arange(2)]  # [h_kv, d]
+    q[0] = longest.repeat_interleave(4, 0)
+    scale = D ** -0.5
+    bound = cuda_prefill.static_bound(q, chunk.k_vals, chunk.k_index, scale)
+    top = torch.einsum("thd,khd->thk", q.float(), k_dense.float().repeat_interleave(4, 1)).amax(-1) * scale * cuda_prefill.LOG2E
+    assert (bound >= top - 1e-3).all()
+    assert torch.allclose(bound[0], top[0], rtol=1e-3)
+    assert (bound[1:] - top[1:]).min() > 1  # not tight elsewhere: the test above could not pass by accident
+
+
+def test_underflow_rule():
+    bound = torch.tensor([[10.0, 200.0, 10.0, 5.0]])
+    lse = torch.tensor([[5.0, 5.0, float("nan"), float("-inf")]])
+    assert cuda_prefill.underflowed(bound, lse).tolist() == [[False, True, True, True]]
+
+
+@pytest.mark.parametrize("q_pos0", [None, 0])
+def test_exact_rows_match_the_oracle_and_touch_nothing_else(q_pos0):
+    q, k, v, chunk = compressed(192, 2, 2, 5)
+    out = torch.full_like(q, float("nan"))
+    lse = torch.full(q.shape[:2], float("nan"))
+    rows = torch.tensor([[0, 0], [63, 3], [191, 1], [100, 2]])
+    cuda_prefill.exact_rows(q, rows, chunk.k_vals, chunk.k_meta, chunk.v_vals, chunk.v_meta, chunk.k_index,
+                            chunk.v_index, D ** -0.5, q_pos0, out, lse)
+    if q_pos0 == 0:
+        r_out, r_lse = oracle(q, k, v, chunk)
+    else:  # every query sees every key
+        k_d, v_d = (x.float().repeat_interleave(2, 1) for x in chunk_as_dense(k, v, chunk))
+        s = torch.einsum("thd,khd->thk", q.float(), k_d) * D ** -0.5
+        r_out, r_lse = torch.einsum("thk,khd->thd", s.softmax(-1), v_d).to(q.dtype), s.logsumexp(-1)
+    t, h = rows.T
+    assert torch.allclose(out[t, h].float(), r_out[t, h].float(), atol=2e-2)
+    assert torch.allclose(lse[t, h], r_lse[t, h], atol=1e-4)
+    written = torch.zeros(q.shape[:2], dtype=torch.bool)
+    written[t, h] = True
+    assert lse[~written].isnan().all() and out[~written].isnan().all()
+
+
+def test_compressed_prefill_off_cuda_is_the_oracle():
+    q, k, v, chunk = compressed(130, 2, 4, 7)  # a partial last tile: K and V "mixed"
+    assert chunk.k_mode == "mixed" and not cuda_prefill.supports(q, 2)
+    out, lse = gpu.prefill_compressed_attention(q, k, v, chunk)
+    r_out, r_lse = oracle(q, k, v, chunk)
+    assert torch.equal(out, r_out) and torch.equal(lse, r_lse)
+
+
+def test_compressed_prefill_rejects_mismatched_chunk_keys():
+    q, k, v, chunk = compressed(64, 2, 4, 9)
+    with pytest.raises(ValueError):
+        gpu.prefill_compressed_attention(q, k[:32], v, chunk)
+
+
+@pytest.mark.parametrize("group", [1, 4, 16])
+def test_kernel_builds_for_hopper(group, tmp_path):
+    """The source compiles for sm_90a at these GQA ratios with the machine's nvcc (no GPU needed), once."""
+    if nvcc.find() is None:
+        pytest.skip("no nvcc on this machine")
+    so = nvcc.library(cuda_prefill.SOURCE, "sm_90a", (f"HS_G={group}",), tmp_path)
+    assert so.exists() and so.stat().st_size > 0 and list(tmp_path.iterdir()) == [so]
+    assert nvcc.library(cuda_prefill.SOURCE, "sm_90a", (f"HS_G={group}",), tmp_path) == so
