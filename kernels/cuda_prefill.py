@@ -1,10 +1,10 @@
 """The prefill on Hopper's sparse tensor cores (``cuda/prefill_sp.cu``, wgmma.sp in the paper's Trans-Both form):
 query tokens against a sequence whose K and V blocks are all 2:4, causally or without a mask.
 
-The kernel keeps no running maximum: each query row's softmax offset is static (``static_bound``: |q| times the
-longest key of its KV head times the scale, above every score by Cauchy-Schwarz). Its exponentials flush to zero
-below 2^-126, so a row whose scores all lie far below its offset would lose them: rows whose log-sum-exp ends more
-than ``UNDERFLOW_GAP`` (log2 units) below their offset, or is not finite, are recomputed exactly (``exact_rows``).
+The kernel keeps no running maximum: each query row's softmax offset is static, |q| times the longest key of its KV
+head (found by the library's first kernel, which also checks the index entries) times the scale, above every score by Cauchy-Schwarz. Its exponentials flush to zero below
+2^-126, so a row whose scores all lie far below its offset would lose them: the kernel marks the rows whose sum of
+exponentials ends below 2^-``UNDERFLOW_GAP`` (a NaN log-sum-exp), and those are recomputed exactly (``exact_rows``).
 
 Built per GQA ratio (macro ``HS_G``) for sm_90a with the machine's nvcc on first use (``nvcc.library``) and loaded
 with ctypes. ``$HS_CUDA_PREFILL_SOURCE`` names another source to build instead (a candidate version, benchmarked
@@ -28,9 +28,10 @@ from .format import BLOCK_SIZE
 SOURCE = Path(os.environ.get("HS_CUDA_PREFILL_SOURCE") or Path(__file__).with_name("cuda") / "prefill_sp.cu")
 HEAD_DIM = 128
 ROWS = 64  # query rows per consumer warpgroup: 64 / G tokens x the G query heads of one KV head
-# Scores more than about 24 (log2) below a row's largest add nothing a bf16 output keeps; a row's largest lies at
-# most log2(keys) <= 24 below its log-sum-exp. So a gap up to 126 - 24 - 24 keeps every score that counts in range.
-UNDERFLOW_GAP = 78.0
+# Scores more than about 24 (log2) below a row's largest add nothing a bf16 output keeps, and a row's sum of
+# exponentials is at most 2^24 (keys) times its largest. So a sum of at least 2^-(126 - 24 - 24) keeps every
+# score that counts in range.
+UNDERFLOW_GAP = 78
 LOG2E = 1.4426950408889634
 _EXACT_ROWS_PER_STEP = 1024  # rows recomputed at once (their scores are a float32 [rows, keys] matrix)
 
@@ -55,7 +56,7 @@ def library(group: int, defines: tuple[str, ...] = ()) -> ctypes.CDLL:
     lib = ctypes.CDLL(str(nvcc.library(SOURCE, "sm_90a", (f"HS_G={group}", *defines))))
     p, i = ctypes.c_void_p, ctypes.c_int
     lib.hs_prefill_sp.restype = i
-    lib.hs_prefill_sp.argtypes = [p] * 10 + [i] * 3 + [ctypes.c_float, i, p]
+    lib.hs_prefill_sp.argtypes = [p] * 7 + [i, i] + [p] * 3 + [i] * 3 + [ctypes.c_float, i, ctypes.c_float, p]
     lib.hs_prefill_sp_resident.restype = i
     return lib
 
@@ -73,15 +74,6 @@ def built(group: int) -> bool:
     return True
 
 
-def static_bound(q: torch.Tensor, k_vals: torch.Tensor, k_index: torch.Tensor, scale: float) -> torch.Tensor:
-    """``[T, H_q]`` float32: each query row's softmax offset in log2 units, |q| x the longest key of its KV head among
-    the blocks of ``k_index`` x ``scale`` (a 2:4 block's values hold each pruned key's whole norm)."""
-    group = q.shape[1] // k_index.shape[0]
-    keys = k_vals[(~k_index).long()]  # [H_kv, nb, 64, D / 2]
-    longest = torch.linalg.vector_norm(keys, dim=-1, dtype=torch.float32).amax(dim=(1, 2))
-    return torch.linalg.vector_norm(q, dim=-1, dtype=torch.float32) * longest.repeat_interleave(group) * (scale * LOG2E)
-
-
 def attend(q: torch.Tensor, k_vals: torch.Tensor, k_meta: torch.Tensor, v_vals: torch.Tensor, v_meta: torch.Tensor,
            k_index: torch.Tensor, v_index: torch.Tensor, scale: float, q_pos0: int | None = None,
            out: torch.Tensor | None = None, lse: torch.Tensor | None = None, fallback: bool = True,
@@ -94,45 +86,39 @@ def attend(q: torch.Tensor, k_vals: torch.Tensor, k_meta: torch.Tensor, v_vals: 
     the keys at or before it (``0 <= q_pos0``, ``q_pos0 + T <= 64 nb``).
     Returns ``out [T, H_q, 128]`` bf16 and ``lse [T, H_q]`` float32 (natural log), into the buffers given if any.
     fallback: recompute the rows whose static offset lay too far above their scores (``UNDERFLOW_GAP``); False only
-    to see what the kernel alone gives. Raises ValueError on an entry that is not 2:4 or not in the pools."""
+    to see what the kernel alone gives (those rows' ``lse`` then is NaN). Raises ValueError on an entry that is not 2:4 or not in the pools."""
     t, h_q, d = q.shape
     h_kv, nb = k_index.shape
     if q_pos0 is not None and not (0 <= q_pos0 and q_pos0 + t <= BLOCK_SIZE * nb):
         raise ValueError(f"queries at {q_pos0} .. {q_pos0 + t - 1} do not fit a sequence of {nb} blocks")
-    slots = torch.stack((~k_index, ~v_index)).long()
-    bad = torch.stack(((slots < 0).any(), (slots[0] >= k_vals.shape[0]).any(), (slots[1] >= v_vals.shape[0]).any()))
-    if bool(bad.any()):
-        raise ValueError("every index entry must name a 2:4 slot of its pool (~slot, inside the pool)")
     q = q.contiguous()
     out = torch.empty_like(q) if out is None else out
     lse = torch.empty(t, h_q, dtype=torch.float32, device=q.device) if lse is None else lse
-    bound = static_bound(q, k_vals, k_index, scale)
     k_index, v_index = k_index.contiguous(), v_index.contiguous()
-    launch(q, k_vals, k_meta, v_vals, v_meta, k_index, v_index, bound, scale, q_pos0, out, lse, defines)
-    if fallback:
-        rows = underflowed(bound, lse).nonzero()
-        if len(rows):
-            exact_rows(q, rows, k_vals, k_meta, v_vals, v_meta, k_index, v_index, scale, q_pos0, out, lse)
+    work = torch.empty(h_kv + 1, dtype=torch.int32, device=q.device)
+    launch(q, k_vals, k_meta, v_vals, v_meta, k_index, v_index, work, scale, q_pos0, out, lse, defines)
+    refused, lost = torch.stack((work[h_kv], lse.isnan().any())).tolist()  # the call's one host sync
+    if refused:
+        raise ValueError("every index entry must name a 2:4 slot of its pool (~slot, inside the pool)")
+    if fallback and lost:
+        exact_rows(q, lse.isnan().nonzero(), k_vals, k_meta, v_vals, v_meta, k_index, v_index, scale, q_pos0, out, lse)
     return out, lse
 
 
-def launch(q, k_vals, k_meta, v_vals, v_meta, k_index, v_index, bound, scale: float, q_pos0: int | None,
+def launch(q, k_vals, k_meta, v_vals, v_meta, k_index, v_index, work, scale: float, q_pos0: int | None,
            out: torch.Tensor, lse: torch.Tensor, defines: tuple[str, ...] = ()) -> None:
-    """The kernel alone on ``attend``'s checked, contiguous arguments and the offsets ``bound`` (``static_bound``)."""
+    """The library's kernels on ``attend``'s contiguous arguments, no host sync: the longest key of each KV head into
+    ``work [H_kv + 1]`` int32 (float bits), ``work[H_kv]`` set to 1 where an index entry is not a 2:4 slot of its pool
+    (nothing else is then done), then the attention; rows whose sum of exponentials underflowed get a NaN ``lse``."""
     t, h_q, _ = q.shape
     h_kv, nb = k_index.shape
     rc = library(h_q // h_kv, defines).hs_prefill_sp(
         q.data_ptr(), k_vals.data_ptr(), k_meta.data_ptr(), v_vals.data_ptr(), v_meta.data_ptr(), k_index.data_ptr(),
-        v_index.data_ptr(), bound.data_ptr(), out.data_ptr(), lse.data_ptr(), t, h_kv, nb, scale * LOG2E,
-        -1 if q_pos0 is None else q_pos0, torch.cuda.current_stream(q.device).cuda_stream)
+        v_index.data_ptr(), k_vals.shape[0], v_vals.shape[0], work.data_ptr(), out.data_ptr(), lse.data_ptr(), t, h_kv,
+        nb, scale * LOG2E,
+        -1 if q_pos0 is None else q_pos0, 2.0 ** -UNDERFLOW_GAP, torch.cuda.current_stream(q.device).cuda_stream)
     if rc:
         raise RuntimeError(f"hs_prefill_sp failed: CUDA error {rc}")
-
-
-def underflowed(bound: torch.Tensor, lse: torch.Tensor) -> torch.Tensor:
-    """``[T, H_q]`` bool: the rows whose log-sum-exp (natural log) is not finite or lies more than ``UNDERFLOW_GAP``
-    below their static offset (log2 units)."""
-    return ~torch.isfinite(lse) | (bound - lse * LOG2E > UNDERFLOW_GAP)
 
 
 def exact_rows(q, rows, k_vals, k_meta, v_vals, v_meta, k_index, v_index, scale: float, q_pos0: int | None,

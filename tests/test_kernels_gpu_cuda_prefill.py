@@ -88,13 +88,12 @@ def test_rows_that_would_underflow_are_recomputed():
     q[:, :group, 0] = 0  # KV head 0's queries: orthogonal to the long key
     chunk = compress_chunk(k, v, 1, 1)
     args = (chunk.k_vals, chunk.k_meta, chunk.v_vals, chunk.v_meta, chunk.k_index, chunk.v_index, D ** -0.5, 0)
-    bound = cuda_prefill.static_bound(q, chunk.k_vals, chunk.k_index, D ** -0.5)
     pools = [BlockPool.allocate(op, D, 0, 0, q.dtype, "cuda") for op in ("k", "v")]
     empty = torch.zeros(h_kv, 1, dtype=torch.int32, device="cuda")
     r_out, r_lse = ref.prefill_attention(q, *chunk_as_dense(k, v, chunk), *pools, empty, empty, 0)
 
     alone, alone_lse = cuda_prefill.attend(q, *args, fallback=False)
-    lost = cuda_prefill.underflowed(bound, alone_lse)
+    lost = alone_lse.isnan()  # the kernel's mark
     assert lost[:, :group].all() and not lost[:, group:].any()
     assert not torch.allclose(alone[:, :group].float(), r_out[:, :group].float(), atol=0.1, equal_nan=False)
     out, lse = cuda_prefill.attend(q, *args)
@@ -120,6 +119,21 @@ def test_compressed_prefill_runs_the_kernel(t, group, monkeypatch):
     r_out, r_lse = ref.prefill_attention(q, *chunk_as_dense(k, v, chunk), *pools, empty, empty, 0)
     assert out.dtype == q.dtype and rel_err(out.float(), r_out.float()) < 1e-2
     assert (lse - r_lse).abs().max().item() < 1e-3 * max(1.0, r_lse.abs().max().item())
+
+
+def test_longest_keys_of_the_blocks_read():
+    """The library's first kernel finds each KV head's longest key among the blocks of its index map (the static
+    offsets' factor: Cauchy-Schwarz needs it at least every key's norm, and a query along that key meets it)."""
+    q, k_pool, v_pool, k_index, v_index = fresh_inputs(64, 640, 2, 4)
+    norms = k_pool.gather(k_index).float().norm(dim=-1)  # [h_kv, nb, 64], the decompressed keys
+    for used in (10, 5):  # all blocks, then the first five: the maps say which count
+        work = torch.full((3,), -1, dtype=torch.int32, device="cuda")
+        out, lse = torch.empty_like(q), torch.empty(q.shape[:2], device="cuda")
+        cuda_prefill.launch(q, k_pool.values, k_pool.meta, v_pool.values, v_pool.meta, k_index[:, :used].contiguous(),
+                            v_index[:, :used].contiguous(), work, D ** -0.5, None, out, lse)
+        torch.cuda.synchronize()
+        assert work[2].item() == 0
+        assert torch.allclose(work[:2].view(torch.float32), norms[:, :used].amax(dim=(1, 2)), rtol=1e-5)
 
 
 def test_entries_that_are_not_2_4_slots_are_refused():

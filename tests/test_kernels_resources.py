@@ -6,7 +6,7 @@ import pytest
 
 pytest.importorskip("triton")
 
-from hs_kernels import cuda_decode, resources  # noqa: E402
+from hs_kernels import cuda_decode, nvcc, resources  # noqa: E402
 
 pytestmark = pytest.mark.skipif(resources.ptxas() is None or nvcc.find() is None, reason="needs ptxas and nvcc")
 

@@ -11,7 +11,8 @@
 // empty: every consumer thread, once its warpgroup's wgmmas that read the stage are done). The consumers
 // never wait for each other: three independent chains (S, exponentials, PV) per SM overlap better than two with
 // FA3's intra-warpgroup overlap (kernels/NOTES_GPU.md).
-// The softmax offset of each row is static (bound, log2 units, at least the row's largest score): nothing is reduced
+// The softmax offset of each row is static (|q| x its KV head's longest key x the scale, log2 units: at least the
+// row's largest score, by Cauchy-Schwarz; |q| is summed here as Q is staged): nothing is reduced
 // across keys or rescaled before the end, so the columns of S^T (the rows) need no exchange between warps. P^T goes
 // through the consumer's own shared buffer (stmatrix .trans) as the second GEMM's B operand; a block's PV is left
 // running while the next block's S is issued (the wait for S covers it, then the stage is released). The 2:4
@@ -167,16 +168,49 @@ __device__ __forceinline__ void stage_block(uint32_t base, uint32_t bar, int k_e
 #endif
 }
 
-// q [t, h_q, 128] bf16; bound [t, h_q] float32 (each row's softmax offset, log2 units); out [t, h_q, 128] bf16,
-// lse [t, h_q] float32 (natural log); index maps [h_kv, nb], every entry sparse; q_pos0 < 0: no mask, else query token i sits at position
-// q_pos0 + i of the prefix and sees the keys at or before it
+// The longest key of each KV head among the blocks of its index map (the norm of a 2:4 block's value row is its
+// pruned key's), into key_norm[h] by atomicMax on the float's bits (non-negative floats order as their bits; zeroed
+// before); *status = 1 where an entry of either map is not a 2:4 slot inside its pool. One thread per key row.
+__global__ void __launch_bounds__(BS) key_norms(const uint16_t* __restrict__ k_vals, const int32_t* __restrict__ k_index,
+                                               const int32_t* __restrict__ v_index, int nb, int k_slots, int v_slots,
+                                               unsigned* __restrict__ key_norm, int* __restrict__ status) {
+    const int h = blockIdx.y, entry = h * nb + blockIdx.x, ks = ~k_index[entry], vs = ~v_index[entry];
+    if (ks < 0 || ks >= k_slots || vs < 0 || vs >= v_slots) {
+        if (threadIdx.x == 0) atomicOr(status, 1);
+        return;
+    }
+    const uint4* row = reinterpret_cast<const uint4*>(k_vals + ((size_t)ks * BS + threadIdx.x) * (D / 2));
+    float squares = 0.f;
+    #pragma unroll
+    for (int i = 0; i < D / 16; i++) {
+        const uint4 x = row[i];
+        const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&x);
+        #pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const float2 f = __bfloat1622float2(pairs[e]);
+            squares += f.x * f.x + f.y * f.y;
+        }
+    }
+    #pragma unroll
+    for (int o = 16; o > 0; o >>= 1) squares = fmaxf(squares, __shfl_xor_sync(0xffffffffu, squares, o));
+    if (threadIdx.x % 32 == 0) atomicMax(key_norm + h, __float_as_uint(sqrtf(squares)));
+}
+
+// q [t, h_q, 128] bf16; k_norm [h_kv] float32 (key_norms: a row's softmax offset is |q| k_norm scale_log2, log2
+// units); status: nothing is done where it is set (key_norms found an entry that is not a 2:4 slot); out [t, h_q, 128] bf16, lse [t, h_q] float32 (natural log; NaN where the row's sum of
+// exponentials fell below min_sum: too few of its scores were kept to trust it); index maps [h_kv, nb], every entry
+// sparse; q_pos0 < 0: no mask, else query token i sits at position q_pos0 + i of the prefix and sees the keys at or
+// before it
 __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
     const __nv_bfloat16* __restrict__ q, const uint16_t* __restrict__ k_vals, const uint32_t* __restrict__ k_meta,
     const uint16_t* __restrict__ v_vals, const uint32_t* __restrict__ v_meta, const int32_t* __restrict__ k_index,
-    const int32_t* __restrict__ v_index, const float* __restrict__ bound, __nv_bfloat16* __restrict__ out,
-    float* __restrict__ lse, int t_len, int nb, float scale_log2, int q_pos0, const __grid_constant__ CUtensorMap k_map,
+    const int32_t* __restrict__ v_index, const float* __restrict__ k_norm, const int* __restrict__ status,
+    __nv_bfloat16* __restrict__ out,
+    float* __restrict__ lse, int t_len, int nb, float scale_log2, int q_pos0, float min_sum,
+    const __grid_constant__ CUtensorMap k_map,
     const __grid_constant__ CUtensorMap v_map) {
     extern __shared__ __align__(1024) uint8_t smem[];
+    if (*status) return;
     const int tid = threadIdx.x, wg = tid / 128, lane = tid % 32;
     const int hk = blockIdx.y, h_q = gridDim.y * G;
     // causal: the tiles with the most blocks first; this CTA reads the blocks up to its last token's
@@ -188,6 +222,27 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
     if (tid == 0) {
         for (int s = 0; s < STAGES; s++) bar_init(full + 8 * s, 1), bar_init(empty + 8 * s, CONSUMERS * 128);
     }
+    // every thread: Q^T of consumer cw, row r = token tile * TOKENS + cw * 64 / G + r / G, head G hk + r % G, 16
+    // chunks of 8 d per row in two atoms; and row r's softmax offset (its chunks are in 16 consecutive lanes) into
+    // the consumer's red[r]: no score of the row exceeds it (Cauchy-Schwarz)
+    const float key_scale = k_norm[hk] * scale_log2;
+    for (int u = tid; u < CONSUMERS * ROWS * 16; u += THREADS) {
+        const int cw = u / (ROWS * 16), r = u / 16 % ROWS, c = u % 16, token = tile * TOKENS + cw * (ROWS / G) + r / G;
+        uint4 x = make_uint4(0, 0, 0, 0);
+        if (token < t_len) x = *reinterpret_cast<const uint4*>(q + ((size_t)token * h_q + hk * G + r % G) * D + 8 * c);
+        *reinterpret_cast<uint4*>(smem + Q_OFF + cw * Q_BYTES + (c / 8) * ROWS * 128 + sw128(r, c % 8)) = x;
+        const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&x);
+        float squares = 0.f;
+        #pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const float2 f = __bfloat1622float2(pairs[e]);
+            squares += f.x * f.x + f.y * f.y;
+        }
+        #pragma unroll
+        for (int o_ = 1; o_ < 16; o_ <<= 1) squares += __shfl_xor_sync(0xffffffffu, squares, o_);
+        if (c == 0) reinterpret_cast<float*>(smem + RED_OFF)[cw * 4 * ROWS + r] = sqrtf(squares) * key_scale;
+    }
+    async_proxy_fence();  // the Q^T stores, before wgmma reads them
     __syncthreads();
     const int32_t* ki = k_index + (size_t)hk * nb;
     const int32_t* vi = v_index + (size_t)hk * nb;
@@ -213,7 +268,6 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
     const int w = (tid % 128) / 32, g = lane / 4, t = lane % 4;  // warp of the warpgroup; fragment coordinates
     const int token0 = tile * TOKENS + wg * (ROWS / G);
     const int diag = causal ? (q_pos0 + token0) / BS : nbc;  // from this block on, some keys follow some tokens
-    uint8_t* q_s = smem + Q_OFF + wg * Q_BYTES;
     const uint32_t q_a = sbase + Q_OFF + wg * Q_BYTES, p_a = sbase + P_OFF + wg * P_BYTES;
     float* red = reinterpret_cast<float*>(smem + RED_OFF) + wg * 4 * ROWS;  // [4 warps][64 rows]
     // this lane's row address of P^T's stores (lanes 8 i .. 8 i + 7 give the rows of piece i: keys 16 w + 8 (i % 2),
@@ -221,23 +275,13 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
     const int st_row = 8 * (lane / 16) + lane % 8, st_chunk = 2 * w + (lane / 8) % 2;
     const uint32_t p_store = p_a + st_row * 128 + ((st_chunk ^ (st_row % 8)) * 16);
 
-    // Q^T: row r = token token0 + r / G, head G hk + r % G; 16 chunks of 8 d per row, two atoms
-    for (int u = tid % 128; u < ROWS * 16; u += 128) {
-        const int r = u / 16, c = u % 16, token = token0 + r / G;
-        uint4 x = make_uint4(0, 0, 0, 0);
-        if (token < t_len) x = *reinterpret_cast<const uint4*>(q + ((size_t)token * h_q + hk * G + r % G) * D + 8 * c);
-        *reinterpret_cast<uint4*>(q_s + (c / 8) * ROWS * 128 + sw128(r, c % 8)) = x;
-    }
     // fragments (m64n64): element 4 j + i is row 16 w + g (+ 8 for i >= 2), column 8 j + 2 t + i % 2
     float o[2][32] = {}, m[16], l[16];
     #pragma unroll
     for (int c = 0; c < 16; c++) {
-        const int col = 8 * (c / 2) + 2 * t + c % 2, token = token0 + col / G;
-        m[c] = token < t_len ? bound[(size_t)token * h_q + hk * G + col % G] : 0.f;
+        m[c] = red[8 * (c / 2) + 2 * t + c % 2];
         l[c] = 0.f;
     }
-    async_proxy_fence();  // the Q^T stores, before wgmma reads them
-    group_sync(wg);
 
     // The 2:4 metadata operands are ordinary registers: one written while any wgmma is in flight makes ptxas
     // serialize the wgmmas (C7513), so they are set only where none is: block j's S metadata (ek) at the end of
@@ -360,7 +404,7 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
             out[row * D + 64 * mt + 16 * w + g] = __float2bfloat16(o[mt][i] * inv);
             out[row * D + 64 * mt + 16 * w + g + 8] = __float2bfloat16(o[mt][i + 2] * inv);
         }
-        if (w == 0 && g == 0) lse[row] = (m[c] + log2f(total)) * 0.6931471805599453f;
+        if (w == 0 && g == 0) lse[row] = total >= min_sum ? (m[c] + log2f(total)) * 0.6931471805599453f : NAN;
     }
 }
 
@@ -410,21 +454,28 @@ static bool pool_maps(const void* k_vals, const void* v_vals, CUtensorMap* k_map
 
 // 0 on success, else a cudaError_t (cudaErrorInvalidValue: a tensor map could not be encoded, or the queries'
 // positions do not fit the sequence). q_pos0 < 0: no mask; else query token i sits at position q_pos0 + i of the
-// sequence (0 <= q_pos0, q_pos0 + t_len <= 64 nb) and sees the keys at or before it.
+// sequence (0 <= q_pos0, q_pos0 + t_len <= 64 nb) and sees the keys at or before it. work: h_kv + 1 int32, the
+// longest keys (float bits) and the status, set 1 (and nothing else done) where an index entry is not a 2:4 slot of
+// its pool of k_slots / v_slots.
 extern "C" int hs_prefill_sp(const void* q, const void* k_vals, const void* k_meta, const void* v_vals,
-                             const void* v_meta, const int32_t* k_index, const int32_t* v_index, const float* bound,
-                             void* out, float* lse, int t_len, int h_kv, int nb, float scale_log2, int q_pos0,
-                             void* stream) {
+                             const void* v_meta, const int32_t* k_index, const int32_t* v_index, int k_slots,
+                             int v_slots, int* work, void* out, float* lse, int t_len, int h_kv, int nb,
+                             float scale_log2, int q_pos0, float min_sum, void* stream) {
     if (q_pos0 >= 0 && q_pos0 + t_len > BS * nb) return cudaErrorInvalidValue;
     static const cudaError_t attr = cudaFuncSetAttribute(trans_both_sp, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM);
     if (attr != cudaSuccess) return attr;
     CUtensorMap k_map, v_map;
     if (!pool_maps(k_vals, v_vals, &k_map, &v_map)) return cudaErrorInvalidValue;
+    const cudaStream_t s = static_cast<cudaStream_t>(stream);
+    if (const cudaError_t e = cudaMemsetAsync(work, 0, (h_kv + 1) * sizeof(int), s)) return e;
+    key_norms<<<dim3(nb, h_kv), BS, 0, s>>>(static_cast<const uint16_t*>(k_vals), k_index, v_index, nb, k_slots,
+                                            v_slots, reinterpret_cast<unsigned*>(work), work + h_kv);
     const dim3 grid((t_len + TOKENS - 1) / TOKENS, h_kv);
-    trans_both_sp<<<grid, THREADS, SMEM, static_cast<cudaStream_t>(stream)>>>(
+    trans_both_sp<<<grid, THREADS, SMEM, s>>>(
         static_cast<const __nv_bfloat16*>(q), static_cast<const uint16_t*>(k_vals), static_cast<const uint32_t*>(k_meta),
-        static_cast<const uint16_t*>(v_vals), static_cast<const uint32_t*>(v_meta), k_index, v_index, bound,
-        static_cast<__nv_bfloat16*>(out), lse, t_len, nb, scale_log2, q_pos0, k_map, v_map);
+        static_cast<const uint16_t*>(v_vals), static_cast<const uint32_t*>(v_meta), k_index, v_index,
+        reinterpret_cast<const float*>(work), work + h_kv, static_cast<__nv_bfloat16*>(out), lse, t_len, nb,
+        scale_log2, q_pos0, min_sum, k_map, v_map);
     return cudaGetLastError();
 }
 
