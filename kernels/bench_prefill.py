@@ -11,8 +11,9 @@ runs it, each chunk against the previous chunks stored in the pools with block s
 is that of the one-shot prefill. "one shot" is the whole sequence as one chunk (dense, no pools).
 The kernel variant follows the prefix's entries (K, V: 1 all dense, 2 all sparse, 3 mixed).
 
-CUDA rows (sm_90): the same sequence in one chunk whose tiles are all compressed first (``compress_chunk(k, v, 1,
-1)``), on wgmma.sp (``gpu.prefill_compressed_attention``), with and without the compression's time.
+CUDA rows (sm_90): the same sequence in one chunk whose tiles are compressed first (``compress_chunk(k, v, S_K, 1)``,
+every V tile 2:4, every K tile 2:4 or none), on wgmma.sp (``gpu.prefill_compressed_attention``), with and without the
+compression's time.
 
 TileLang rows: one sequence of ``--tokens`` tokens prefilled in one chunk (prefix_len = 0). Shapes
 everywhere: Llama-3.1-8B attention (32 query heads, 8 KV heads, d 128, bf16), causal. Ours: the chunk's own full tiles
@@ -198,8 +199,9 @@ def bench(tokens: int, variants, chunk: int, triton_configs, tilelang: bool) -> 
 
 
 def bench_cuda(q, k, v, add) -> None:
-    """The CUDA Trans-Both kernel on wgmma.sp (``gpu.prefill_compressed_attention``), one shot, every tile 2:4: the
-    entry point's whole cost (offsets, kernel, underflow check), then with the chunk's compression."""
+    """The CUDA Trans-Both kernel on wgmma.sp (``gpu.prefill_compressed_attention``), one shot, every V tile 2:4 and
+    every K tile 2:4 (S_K = 1) or dense (S_K = 0): the entry point's whole cost (key norms, kernel, underflow check),
+    then with the chunk's compression."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.nn.functional import scaled_dot_product_attention as sdpa
 
@@ -209,16 +211,17 @@ def bench_cuda(q, k, v, add) -> None:
     if not cuda_prefill.supports(q, k.shape[1]):
         print("  CUDA wgmma.sp prefill: not supported here (needs sm_90, nvcc, bf16, d 128)", flush=True)
         return
-    chunk = compress_chunk(k, v, 1, 1)
-    out, _ = gpu.prefill_compressed_attention(q, k, v, chunk)
-    kd, vd = (x.transpose(0, 1)[None] for x in chunk_as_dense(k, v, chunk))
-    with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
-        same_keys = sdpa(q.transpose(0, 1)[None], kd, vd, is_causal=True, enable_gqa=True)[0].transpose(0, 1)
-    note = f"rel.err vs cuDNN on the same keys {rel_err(out, same_keys):.1e}"
-    add("ours CUDA wgmma.sp one shot, S_K=1 S_V=1", timeit(lambda: gpu.prefill_compressed_attention(q, k, v, chunk)),
-        note)
-    add("  the same with compress_chunk(1, 1)",
-        timeit(lambda: gpu.prefill_compressed_attention(q, k, v, compress_chunk(k, v, 1, 1))))
+    for s_k in (1, 0):
+        chunk = compress_chunk(k, v, s_k, 1)
+        out, _ = gpu.prefill_compressed_attention(q, k, v, chunk)
+        kd, vd = (x.transpose(0, 1)[None] for x in chunk_as_dense(k, v, chunk))
+        with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+            same_keys = sdpa(q.transpose(0, 1)[None], kd, vd, is_causal=True, enable_gqa=True)[0].transpose(0, 1)
+        note = f"rel.err vs cuDNN on the same keys {rel_err(out, same_keys):.1e}"
+        add(f"ours CUDA wgmma.sp one shot, S_K={s_k} S_V=1",
+            timeit(lambda: gpu.prefill_compressed_attention(q, k, v, chunk)), note)
+        add(f"  the same with compress_chunk({s_k}, 1)",
+            timeit(lambda: gpu.prefill_compressed_attention(q, k, v, compress_chunk(k, v, s_k, 1))))
 
 
 def _pools_at(x: torch.Tensor, operand: str, s: float, gen: torch.Generator):

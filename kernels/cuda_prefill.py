@@ -1,5 +1,6 @@
 """The prefill on Hopper's sparse tensor cores (``cuda/prefill_sp.cu``, wgmma.sp in the paper's Trans-Both form):
-query tokens against a sequence whose K and V blocks are all 2:4, causally or without a mask.
+query tokens against a sequence whose V blocks are all 2:4 and whose K blocks are all 2:4 or all dense, causally or
+without a mask.
 
 The kernel keeps no running maximum: each query row's softmax offset is static, |q| times the longest key of its KV
 head (found by the library's first kernel, which also checks the index entries) times the scale, above every score by Cauchy-Schwarz. Its exponentials flush to zero below
@@ -18,6 +19,7 @@ import functools
 import os
 import warnings
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
@@ -56,8 +58,9 @@ def library(group: int, defines: tuple[str, ...] = ()) -> ctypes.CDLL:
     lib = ctypes.CDLL(str(nvcc.library(SOURCE, "sm_90a", (f"HS_G={group}", *defines))))
     p, i = ctypes.c_void_p, ctypes.c_int
     lib.hs_prefill_sp.restype = i
-    lib.hs_prefill_sp.argtypes = [p] * 7 + [i, i] + [p] * 3 + [i] * 3 + [ctypes.c_float, i, ctypes.c_float, p]
+    lib.hs_prefill_sp.argtypes = [p] * 8 + [i, i] + [p] * 3 + [i] * 3 + [ctypes.c_float, i, ctypes.c_float, p]
     lib.hs_prefill_sp_resident.restype = i
+    lib.hs_prefill_sp_resident.argtypes = [i]
     return lib
 
 
@@ -74,61 +77,79 @@ def built(group: int) -> bool:
     return True
 
 
-def attend(q: torch.Tensor, k_vals: torch.Tensor, k_meta: torch.Tensor, v_vals: torch.Tensor, v_meta: torch.Tensor,
-           k_index: torch.Tensor, v_index: torch.Tensor, scale: float, q_pos0: int | None = None,
+class SparseBlocks(NamedTuple):
+    """One operand's blocks, every one 2:4: entries ``index [H_kv, nb]`` (``~slot``) into a pool's ``values`` (K:
+    ``[slots, 64, 64]``, V: ``[slots, 128, 32]``) and ``meta`` (int16)."""
+
+    values: torch.Tensor
+    meta: torch.Tensor
+    index: torch.Tensor
+
+    def dense(self, hk: int, operand: str) -> torch.Tensor:
+        """KV head ``hk``'s blocks decompressed, ``[64 nb, 128]`` float32."""
+        slots = (~self.index[hk]).long()
+        return decompress_blocks(self.values[slots], self.meta[slots], operand).flatten(0, 1).float()
+
+
+def attend(q: torch.Tensor, k: SparseBlocks | torch.Tensor, v: SparseBlocks, scale: float, q_pos0: int | None = None,
            out: torch.Tensor | None = None, lse: torch.Tensor | None = None, fallback: bool = True,
            defines: tuple[str, ...] = ()) -> tuple[torch.Tensor, torch.Tensor]:
-    """Attention of ``q [T, H_q, 128]`` (bf16, on an sm_90 GPU: ``supports``) over the ``64 nb`` tokens whose K and V
-    blocks are entries ``[H_kv, nb]`` of ``k_index`` / ``v_index``, every one 2:4 (``~slot`` into the pools' values
-    ``k_vals [slots, 64, 64]``, ``v_vals [slots, 128, 32]`` and metadata ``k_meta``, ``v_meta``, int16).
+    """Attention of ``q [T, H_q, 128]`` (bf16, on an sm_90 GPU: ``supports``) over the ``64 nb`` tokens whose V blocks
+    are ``v``'s (2:4) and whose keys are ``k``: 2:4 blocks too, or the dense keys ``[64 nb, H_kv, 128]`` (bf16).
 
     q_pos0: None, every query sees every key; else query ``i`` sits at position ``q_pos0 + i`` of the sequence and sees
     the keys at or before it (``0 <= q_pos0``, ``q_pos0 + T <= 64 nb``).
     Returns ``out [T, H_q, 128]`` bf16 and ``lse [T, H_q]`` float32 (natural log), into the buffers given if any.
     fallback: recompute the rows whose static offset lay too far above their scores (``UNDERFLOW_GAP``); False only
-    to see what the kernel alone gives (those rows' ``lse`` then is NaN). Raises ValueError on an entry that is not 2:4 or not in the pools."""
+    to see what the kernel alone gives (those rows' ``lse`` then is NaN). Raises ValueError on an entry that is not a
+    2:4 slot of its pool, or dense keys of another length."""
     t, h_q, d = q.shape
-    h_kv, nb = k_index.shape
+    h_kv, nb = v.index.shape
     if q_pos0 is not None and not (0 <= q_pos0 and q_pos0 + t <= BLOCK_SIZE * nb):
         raise ValueError(f"queries at {q_pos0} .. {q_pos0 + t - 1} do not fit a sequence of {nb} blocks")
+    if isinstance(k, torch.Tensor) and k.shape != (BLOCK_SIZE * nb, h_kv, d):
+        raise ValueError(f"dense keys must have shape {[BLOCK_SIZE * nb, h_kv, d]}, got {list(k.shape)}")
     q = q.contiguous()
     out = torch.empty_like(q) if out is None else out
     lse = torch.empty(t, h_q, dtype=torch.float32, device=q.device) if lse is None else lse
-    k_index, v_index = k_index.contiguous(), v_index.contiguous()
+    k = k.contiguous() if isinstance(k, torch.Tensor) else k._replace(index=k.index.contiguous())
+    v = v._replace(index=v.index.contiguous())
     work = torch.empty(h_kv + 1, dtype=torch.int32, device=q.device)
-    launch(q, k_vals, k_meta, v_vals, v_meta, k_index, v_index, work, scale, q_pos0, out, lse, defines)
+    launch(q, k, v, work, scale, q_pos0, out, lse, defines)
     refused, lost = torch.stack((work[h_kv], lse.isnan().any())).tolist()  # the call's one host sync
     if refused:
         raise ValueError("every index entry must name a 2:4 slot of its pool (~slot, inside the pool)")
     if fallback and lost:
-        exact_rows(q, lse.isnan().nonzero(), k_vals, k_meta, v_vals, v_meta, k_index, v_index, scale, q_pos0, out, lse)
+        exact_rows(q, lse.isnan().nonzero(), k, v, scale, q_pos0, out, lse)
     return out, lse
 
 
-def launch(q, k_vals, k_meta, v_vals, v_meta, k_index, v_index, work, scale: float, q_pos0: int | None,
+def launch(q, k: SparseBlocks | torch.Tensor, v: SparseBlocks, work, scale: float, q_pos0: int | None,
            out: torch.Tensor, lse: torch.Tensor, defines: tuple[str, ...] = ()) -> None:
     """The library's kernels on ``attend``'s contiguous arguments, no host sync: the longest key of each KV head into
     ``work [H_kv + 1]`` int32 (float bits), ``work[H_kv]`` set to 1 where an index entry is not a 2:4 slot of its pool
     (nothing else is then done), then the attention; rows whose sum of exponentials underflowed get a NaN ``lse``."""
     t, h_q, _ = q.shape
-    h_kv, nb = k_index.shape
+    h_kv, nb = v.index.shape
+    dense = isinstance(k, torch.Tensor)
+    k_ptrs = (k.data_ptr(), None, None, None, 0) if dense else (
+        None, k.values.data_ptr(), k.meta.data_ptr(), k.index.data_ptr(), k.values.shape[0])
     rc = library(h_q // h_kv, defines).hs_prefill_sp(
-        q.data_ptr(), k_vals.data_ptr(), k_meta.data_ptr(), v_vals.data_ptr(), v_meta.data_ptr(), k_index.data_ptr(),
-        v_index.data_ptr(), k_vals.shape[0], v_vals.shape[0], work.data_ptr(), out.data_ptr(), lse.data_ptr(), t, h_kv,
-        nb, scale * LOG2E,
+        q.data_ptr(), *k_ptrs[:3], v.values.data_ptr(), v.meta.data_ptr(), k_ptrs[3], v.index.data_ptr(), k_ptrs[4],
+        v.values.shape[0], work.data_ptr(), out.data_ptr(), lse.data_ptr(), t, h_kv, nb, scale * LOG2E,
         -1 if q_pos0 is None else q_pos0, 2.0 ** -UNDERFLOW_GAP, torch.cuda.current_stream(q.device).cuda_stream)
     if rc:
         raise RuntimeError(f"hs_prefill_sp failed: CUDA error {rc}")
 
 
-def exact_rows(q, rows, k_vals, k_meta, v_vals, v_meta, k_index, v_index, scale: float, q_pos0: int | None,
+def exact_rows(q, rows, k: SparseBlocks | torch.Tensor, v: SparseBlocks, scale: float, q_pos0: int | None,
                out: torch.Tensor, lse: torch.Tensor) -> None:
-    """Rows ``[n, 2]`` (token, query head) of ``attend``'s result recomputed in float32 on the decompressed blocks of
-    their KV heads, written into ``out`` and ``lse``."""
-    group = q.shape[1] // k_index.shape[0]
+    """Rows ``[n, 2]`` (token, query head) of ``attend``'s result recomputed in float32 on the (decompressed) keys and
+    values of their KV heads, written into ``out`` and ``lse``."""
+    group = q.shape[1] // v.index.shape[0]
     for hk in rows[:, 1].div(group, rounding_mode="floor").unique().tolist():
-        keys = decompress_blocks(k_vals[(~k_index[hk]).long()], k_meta[(~k_index[hk]).long()], "k").flatten(0, 1).float()
-        values = decompress_blocks(v_vals[(~v_index[hk]).long()], v_meta[(~v_index[hk]).long()], "v").flatten(0, 1).float()
+        keys = k[:, hk].float() if isinstance(k, torch.Tensor) else k.dense(hk, "k")
+        values = v.dense(hk, "v")
         mine = rows[rows[:, 1] // group == hk]
         for part in mine.split(_EXACT_ROWS_PER_STEP):
             token, head = part[:, 0], part[:, 1]

@@ -343,8 +343,9 @@ def prefill_compressed_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
     """The paper's prefill: a chunk without a cached prefix attending causally to itself with its full tiles
     compressed first (``chunk``: ``chunk_blocks.compress_chunk(k, v, s_k, s_v)``). The oracle is the reference
     ``prefill_attention`` on ``chunk_blocks.chunk_as_dense(k, v, chunk)`` with an empty prefix. Runs the sparse tensor
-    cores (``cuda_prefill.attend``) where every tile of K and V is 2:4 and ``cuda_prefill.supports`` the queries (bf16,
-    head_dim 128, GQA ratio dividing 64, sm_90), else the TileLang kernel where importable, else the oracle.
+    cores (``cuda_prefill.attend``) where every tile of V is 2:4, those of K all 2:4 or all dense, and
+    ``cuda_prefill.supports`` the queries (bf16, head_dim 128, GQA ratio dividing 64, sm_90), else the TileLang kernel
+    where importable, else the oracle.
     Returns ``out [T, H_q, D]`` (q's dtype) and ``lse [T, H_q]`` (float32)."""
     from . import cuda_prefill
     from .chunk_blocks import chunk_as_dense
@@ -353,10 +354,11 @@ def prefill_compressed_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
     empty = torch.zeros((k.shape[1] if k.dim() == 3 else 1, 1), dtype=torch.int32, device=q.device)
     _ref._check_prefill(q, k, v, *pools, empty, empty, 0)
     h_kv = k.shape[1]
-    if (_gpu_allowed() and chunk.k_mode == chunk.v_mode == "sparse" and cuda_prefill.supports(q, h_kv)
-            and cuda_prefill.built(q.shape[1] // h_kv)):
-        return cuda_prefill.attend(q, chunk.k_vals, chunk.k_meta, chunk.v_vals, chunk.v_meta, chunk.k_index,
-                                   chunk.v_index, _ref._scale(sm_scale, q), q_pos0=0)
+    if (_gpu_allowed() and chunk.v_mode == "sparse" and chunk.k_mode in ("sparse", "dense")
+            and cuda_prefill.supports(q, h_kv) and cuda_prefill.built(q.shape[1] // h_kv)):
+        keys = k if chunk.k_mode == "dense" else cuda_prefill.SparseBlocks(chunk.k_vals, chunk.k_meta, chunk.k_index)
+        values = cuda_prefill.SparseBlocks(chunk.v_vals, chunk.v_meta, chunk.v_index)
+        return cuda_prefill.attend(q, keys, values, _ref._scale(sm_scale, q), q_pos0=0)
     if tilelang_available() and q.is_cuda:
         from . import tl_prefill
 

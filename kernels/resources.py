@@ -1,6 +1,6 @@
 """Registers, local-memory spills and shared memory of the shipped GPU kernel variants, compiled for
 sm_90 on any machine with ``nvcc`` (no GPU needed): the Triton kernels through ``triton.compile`` and
-``ptxas -v`` on their PTX, the CUDA decode through ``nvcc -Xptxas -v``. A spill is a slowdown that
+``ptxas -v`` on their PTX, the CUDA decode and prefill through ``nvcc -Xptxas -v``. A spill is a slowdown that
 no CPU test sees otherwise (the TileLang prefill's 8-10 KB per thread went unnoticed for two sessions).
 
     python -m hs_kernels.resources [--tilelang]
@@ -35,7 +35,10 @@ KNOWN_SPILLS = {"stream d128 rows 128": 612, "stream d256 rows 64": 700, "stream
                 # ninth session: the softmax scale in exp2's FMA; on the H200 this pointer variant ran as fast as
                 # before (18.22 vs 18.21 ms, 32K), and chunks from gpu.TMA_MIN_TOKENS take its TMA twin (212
                 # registers, no spill)
-                "prefill d128 one shot": 96}
+                "prefill d128 one shot": 96,
+                # fourteenth session: the CUDA Trans-Both prefill at 160 registers per consumer thread (setmaxnreg);
+                # GQA 4 measured on the H200 as it is (kernels/BENCHMARKS.md), GQA 1 tested, not timed
+                "cuda prefill G4 K sparse": 8, "cuda prefill G1 K sparse": 116, "cuda prefill G1 K dense": 64}
 
 
 @dataclass(frozen=True)
@@ -204,6 +207,23 @@ def cuda_decode_usage() -> list[Usage]:
     return [Usage(f"cuda decode {_instantiation(n)}", regs, spills, None) for n, (regs, spills) in zip(names, _parse(log))]
 
 
+def cuda_prefill_usage(groups=(1, 2, 4, 8, 16, 64)) -> list[Usage]:
+    """The CUDA Trans-Both prefill's attention kernel, 2:4 and dense keys, at each GQA ratio (a library per ratio)."""
+    from . import cuda_prefill, nvcc
+
+    out = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for g in groups:
+            log = _ptxas_log(nvcc.command(cuda_prefill.SOURCE, f"sm_{ARCH}a", Path(tmp) / "k.cubin", "-cubin",
+                                          "-Xptxas", "-v", defines=(f"HS_G={g}",)))
+            names = re.findall(r"Compiling entry function '(\S+)'", log)
+            for name, (regs, spills) in zip(names, _parse(log)):
+                if "trans_both_sp" in name:
+                    out.append(Usage(f"cuda prefill G{g} K {'dense' if 'ILb1E' in name else 'sparse'}", regs, spills,
+                                     None))
+    return out
+
+
 def _instantiation(mangled: str) -> str:
     """'_Z16decode_sp_kernelILi128ELb1ELi3EEv...' -> 'd128 bf16 3 slots'."""
     m = re.search(r"ILi(\d+)ELb([01])ELi(\d+)E", mangled)
@@ -249,7 +269,8 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description="registers, spills and shared memory of the GPU kernels (sm_90)")
     ap.add_argument("--tilelang", action="store_true", help="also the TileLang compressor and prefill")
     args = ap.parse_args(argv)
-    rows = [triton_usage(v) for v in variants()] + cuda_decode_usage() + (tilelang_usage() if args.tilelang else [])
+    rows = [triton_usage(v) for v in variants()] + cuda_decode_usage() + cuda_prefill_usage()
+    rows += tilelang_usage() if args.tilelang else []
     print(f"sm_{ARCH}, ptxas -v\n| kernel | registers | spill bytes | shared bytes |\n|---|---|---|---|")
     for u in rows:
         known = " (known)" if u.name in KNOWN_SPILLS else ""

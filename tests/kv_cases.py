@@ -1,4 +1,8 @@
-"""Random pools and index maps shared by the kernel tests (decode on CPU interpreter and GPU, prefill on GPU)."""
+"""Random pools and index maps shared by the kernel tests (decode on CPU interpreter and GPU, prefill on GPU), and
+the Trans-Both driver's oracle."""
+
+import importlib.util
+from pathlib import Path
 
 import torch
 
@@ -141,3 +145,12 @@ def stream_case(layout, b, t, n, h_q, h_kv, d, sink, window, dtype, gen, device)
     q = torch.randn(b, t, h_q, d, generator=gen).to(dtype)
     k, v = (torch.randn(b, n, h_kv, d, generator=gen).to(dtype) for _ in range(2))
     return q.to(device), q_pos.to(device), k.to(device), v.to(device), k_pos.to(device)
+
+
+def trans_both_driver():
+    """kernels/probes/trans_both_sp.py as a module (a script, not part of the package): its oracle and pools."""
+    path = Path(__file__).parent.parent / "kernels" / "probes" / "trans_both_sp.py"
+    spec = importlib.util.spec_from_file_location("trans_both_sp_driver", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -11,10 +11,10 @@ from hs_kernels.pool import BlockPool
 D = 128
 
 
-def compressed(t: int, h_kv: int, group: int, seed: int):
+def compressed(t: int, h_kv: int, group: int, seed: int, s_k: float = 1):
     gen = torch.Generator().manual_seed(seed)
     q, k, v = (torch.randn(t, h, D, generator=gen).to(torch.bfloat16) for h in (h_kv * group, h_kv, h_kv))
-    return q, k, v, compress_chunk(k, v, 1, 1)
+    return q, k, v, compress_chunk(k, v, s_k, 1)
 
 
 def oracle(q, k, v, chunk):
@@ -23,14 +23,15 @@ def oracle(q, k, v, chunk):
     return ref.prefill_attention(q, *chunk_as_dense(k, v, chunk), *pools, empty, empty, 0)
 
 
-@pytest.mark.parametrize("q_pos0", [None, 0])
-def test_exact_rows_match_the_oracle_and_touch_nothing_else(q_pos0):
-    q, k, v, chunk = compressed(192, 2, 2, 5)
+@pytest.mark.parametrize("q_pos0, s_k", [(None, 1), (0, 1), (0, 0)])
+def test_exact_rows_match_the_oracle_and_touch_nothing_else(q_pos0, s_k):
+    q, k, v, chunk = compressed(192, 2, 2, 5, s_k)
     out = torch.full_like(q, float("nan"))
     lse = torch.full(q.shape[:2], float("nan"))
     rows = torch.tensor([[0, 0], [63, 3], [191, 1], [100, 2]])
-    cuda_prefill.exact_rows(q, rows, chunk.k_vals, chunk.k_meta, chunk.v_vals, chunk.v_meta, chunk.k_index,
-                            chunk.v_index, D ** -0.5, q_pos0, out, lse)
+    keys = k if s_k == 0 else cuda_prefill.SparseBlocks(chunk.k_vals, chunk.k_meta, chunk.k_index)
+    cuda_prefill.exact_rows(q, rows, keys, cuda_prefill.SparseBlocks(chunk.v_vals, chunk.v_meta, chunk.v_index),
+                            D ** -0.5, q_pos0, out, lse)
     if q_pos0 == 0:
         r_out, r_lse = oracle(q, k, v, chunk)
     else:  # every query sees every key

@@ -6,6 +6,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from kv_cases import trans_both_driver
 
 PROBES = sorted((Path(__file__).parent.parent / "kernels" / "probes").glob("*.cu"))
 
@@ -27,16 +28,6 @@ def test_probe_builds_for_hopper(probe, tmp_path):
     assert out.stat().st_size > 0
 
 
-def _trans_both_driver():
-    import importlib.util
-
-    path = Path(__file__).parent.parent / "kernels" / "probes" / "trans_both_sp.py"
-    spec = importlib.util.spec_from_file_location("trans_both_sp_driver", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.parametrize("t, prefix, q_pos0", [(16, 64, None), (40, 192, 152), (40, 192, 76), (70, 256, 0)])
 def test_trans_both_oracle(t, prefix, q_pos0):
     """The oracle the GPU check compares the probe with: the prefix's pools decompressed (slots shuffled), without a
@@ -44,12 +35,12 @@ def test_trans_both_oracle(t, prefix, q_pos0):
     import torch
     import torch.nn.functional as F
 
-    drv = _trans_both_driver()
+    drv = trans_both_driver()
     gen = torch.Generator().manual_seed(t + prefix)
     h_kv = 2
     q = torch.randn(t, h_kv * drv.G, drv.D, generator=gen).to(torch.bfloat16)
     k_pool, k_index, v_pool, v_index = drv.sparse_prefix(prefix, h_kv, gen)
-    out, lse = drv.reference(q, k_pool, k_index, v_pool, v_index, drv.D ** -0.5, q_pos0)
+    out, lse = drv.reference(q, drv.dense(k_pool, k_index), drv.dense(v_pool, v_index), drv.D ** -0.5, q_pos0)
 
     k, v = (p.gather(i).flatten(1, 2).float() for p, i in ((k_pool, k_index), (v_pool, v_index)))  # [h_kv, prefix, d]
     allowed = torch.ones(t, prefix, dtype=torch.bool)

@@ -51,11 +51,17 @@ static_assert(CONSUMERS != 3 || CONSUMER_REGS == 160, "the measured split at 3 c
 constexpr int Q_BYTES = ROWS * D * 2;  // per consumer, Q^T as B: [64 rows, 128 d], two 64-element atoms along d
 constexpr int P_BYTES = ROWS * BS * 2;  // per consumer, P^T as B: [64 rows, 64 keys], one atom
 constexpr int Q_OFF = 0, P_OFF = Q_OFF + CONSUMERS * Q_BYTES, STAGE_OFF = P_OFF + CONSUMERS * P_BYTES;
-constexpr int KV_BYTES = BS * D, VV_BYTES = D * BS, KM_BYTES = BS * D / 8, VM_BYTES = D * BS / 8;  // per block
-constexpr int STAGE_BYTES = KV_BYTES + VV_BYTES + KM_BYTES + VM_BYTES;  // 18 KB, a multiple of 1024
-constexpr int RED_OFF = STAGE_OFF + STAGES * STAGE_BYTES;  // per consumer [4 warps][64 rows] float
-constexpr int BAR_OFF = RED_OFF + CONSUMERS * 4 * ROWS * 4;  // full[STAGES], then empty[STAGES]
-constexpr int SMEM = BAR_OFF + 2 * STAGES * 8;
+constexpr int SPARSE_K_BYTES = BS * D, VV_BYTES = D * BS, VM_BYTES = D * BS / 8;  // a pool slot's values, metadata
+// a stage: K (2:4 values [64, 64] and their metadata, or K_DENSE: [64, 128] in two atoms), then V^T's values and
+// metadata; 18 KB or 25 KB, multiples of 1024
+template <bool K_DENSE>
+struct Layout {
+    static constexpr int KV_BYTES = K_DENSE ? 2 * BS * D : SPARSE_K_BYTES, KM_BYTES = K_DENSE ? 0 : BS * D / 8;
+    static constexpr int STAGE_BYTES = KV_BYTES + VV_BYTES + KM_BYTES + VM_BYTES;
+    static constexpr int RED_OFF = STAGE_OFF + STAGES * STAGE_BYTES;  // per consumer [4 warps][64 rows] float
+    static constexpr int BAR_OFF = RED_OFF + CONSUMERS * 4 * ROWS * 4;  // full[STAGES], then empty[STAGES]
+    static constexpr int SMEM = BAR_OFF + 2 * STAGES * 8;
+};
 
 __device__ __forceinline__ int sw128(int row, int chunk) { return row * 128 + ((chunk ^ (row % 8)) * 16); }
 
@@ -70,29 +76,39 @@ __device__ __forceinline__ uint32_t meta_reg(uint32_t lo, uint32_t hi, int t) {
     return r;
 }
 
+// an m64n64 wgmma's 32 accumulator registers: the operand list, and the outputs (MODE: HS_ACC adds to them, HS_SET
+// only writes them)
+#define HS_D32 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, " \
+               "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define HS_OUT32(MODE)                                                                                                \
+    MODE(d[0]), MODE(d[1]), MODE(d[2]), MODE(d[3]), MODE(d[4]), MODE(d[5]), MODE(d[6]), MODE(d[7]), MODE(d[8]),       \
+        MODE(d[9]), MODE(d[10]), MODE(d[11]), MODE(d[12]), MODE(d[13]), MODE(d[14]), MODE(d[15]), MODE(d[16]),        \
+        MODE(d[17]), MODE(d[18]), MODE(d[19]), MODE(d[20]), MODE(d[21]), MODE(d[22]), MODE(d[23]), MODE(d[24]),       \
+        MODE(d[25]), MODE(d[26]), MODE(d[27]), MODE(d[28]), MODE(d[29]), MODE(d[30]), MODE(d[31])
+#define HS_ACC(x) "+f"(x)
+#define HS_SET(x) "=f"(x)
+
 // D (+)= A . B with A 2:4 (metadata e); ACC false: D = A . B, its registers only written (scale-d 0), so that no
 // instruction defines them while earlier wgmmas run
 template <bool ACC = true>
 __device__ __forceinline__ void wgmma_sp(float (&d)[32], uint64_t a, uint64_t b, uint32_t e) {
-#define HS_WGMMA_SP(MODE, SCALE_D)                                                                                  \
-    asm volatile(                                                                                                 \
-        "wgmma.mma_async.sp.sync.aligned.m64n64k32.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, " \
-        "%12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, " \
-        "%33, %34, 0, " SCALE_D ", 1, 1, 0, 0;"                                                                      \
-        : MODE(d[0]), MODE(d[1]), MODE(d[2]), MODE(d[3]), MODE(d[4]), MODE(d[5]), MODE(d[6]), MODE(d[7]), MODE(d[8]), \
-          MODE(d[9]), MODE(d[10]), MODE(d[11]), MODE(d[12]), MODE(d[13]), MODE(d[14]), MODE(d[15]), MODE(d[16]),      \
-          MODE(d[17]), MODE(d[18]), MODE(d[19]), MODE(d[20]), MODE(d[21]), MODE(d[22]), MODE(d[23]), MODE(d[24]),     \
-          MODE(d[25]), MODE(d[26]), MODE(d[27]), MODE(d[28]), MODE(d[29]), MODE(d[30]), MODE(d[31])                   \
-        : "l"(a), "l"(b), "r"(e))
-#define HS_ACC(x) "+f"(x)
-#define HS_SET(x) "=f"(x)
     if constexpr (ACC)
-        HS_WGMMA_SP(HS_ACC, "1");
+        asm volatile("wgmma.mma_async.sp.sync.aligned.m64n64k32.f32.bf16.bf16 " HS_D32 ", %32, %33, %34, 0, 1, 1, 1, 0, 0;"
+                     : HS_OUT32(HS_ACC) : "l"(a), "l"(b), "r"(e));
     else
-        HS_WGMMA_SP(HS_SET, "0");
-#undef HS_SET
-#undef HS_ACC
-#undef HS_WGMMA_SP
+        asm volatile("wgmma.mma_async.sp.sync.aligned.m64n64k32.f32.bf16.bf16 " HS_D32 ", %32, %33, %34, 0, 0, 1, 1, 0, 0;"
+                     : HS_OUT32(HS_SET) : "l"(a), "l"(b), "r"(e));
+}
+
+// D (+)= A . B, dense, m64n64k16; ACC as wgmma_sp's
+template <bool ACC = true>
+__device__ __forceinline__ void wgmma_dense(float (&d)[32], uint64_t a, uint64_t b) {
+    if constexpr (ACC)
+        asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " HS_D32 ", %32, %33, 1, 1, 1, 0, 0;"
+                     : HS_OUT32(HS_ACC) : "l"(a), "l"(b));
+    else
+        asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " HS_D32 ", %32, %33, 0, 1, 1, 0, 0;"
+                     : HS_OUT32(HS_SET) : "l"(a), "l"(b));
 }
 
 // 2^x flushed to 0 below 2^-126: one MUFU.EX2 (exp2f adds a range fix-up of four instructions per element)
@@ -140,49 +156,65 @@ __device__ __forceinline__ void bar_expect(uint32_t bar, int bytes) {
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
 }
 
-// block (entries: sparse, ~slot) of K and V into the stage at base, by one thread, completing on the mbarrier bar: K
-// values by a 3-D map ([slots, 64, 64], 128B swizzle: the layout its descriptor reads), V^T values by a 5-D map
-// whose box order is the core-matrix layout (8 elements, 8 rows, 4 16-byte units, 16 row groups, slot), each
-// metadata block by a 1-D bulk copy
-__device__ __forceinline__ void stage_block(uint32_t base, uint32_t bar, int k_entry, int v_entry,
-                                            const CUtensorMap* k_map, const CUtensorMap* v_map,
-                                            const uint32_t* k_meta, const uint32_t* v_meta) {
-    bar_expect(bar, STAGE_BYTES);
-#ifndef HS_NO_COPY
-    const int ks = ~k_entry, vs = ~v_entry;
+__device__ __forceinline__ void tma_3d(uint32_t dst, const CUtensorMap* map, int x, int y, int z, uint32_t bar) {
     asm volatile(
         "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];"
-        ::"r"(base), "l"(k_map), "r"(0), "r"(0), "r"(ks), "r"(bar) : "memory");
+        ::"r"(dst), "l"(map), "r"(x), "r"(y), "r"(z), "r"(bar) : "memory");
+}
+
+// block j of KV head hk (entries: sparse, ~slot) of K and V into the stage at base, by one thread, completing on the
+// mbarrier bar: K values by a 3-D map ([slots, 64, 64], 128B swizzle: the layout its descriptor reads; K_DENSE: the
+// dense keys [tokens, h_kv, 128], two [64, 64] boxes), V^T values by a 5-D map whose box order is the core-matrix
+// layout (8 elements, 8 rows, 4 16-byte units, 16 row groups, slot), each metadata block by a 1-D bulk copy
+template <bool K_DENSE>
+__device__ __forceinline__ void stage_block(uint32_t base, uint32_t bar, int j, int hk, int k_entry, int v_entry,
+                                            const CUtensorMap* k_map, const CUtensorMap* v_map,
+                                            const uint32_t* k_meta, const uint32_t* v_meta) {
+    using L = Layout<K_DENSE>;
+    bar_expect(bar, L::STAGE_BYTES);
+#ifndef HS_NO_COPY
+    const int ks = ~k_entry, vs = ~v_entry;
+    if constexpr (K_DENSE) {
+        tma_3d(base, k_map, 0, hk, BS * j, bar);
+        tma_3d(base + BS * 128, k_map, 64, hk, BS * j, bar);
+    } else {
+        tma_3d(base, k_map, 0, 0, ks, bar);
+    }
     asm volatile(
         "cp.async.bulk.tensor.5d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5, %6}], "
-        "[%7];" ::"r"(base + KV_BYTES), "l"(v_map), "r"(0), "r"(0), "r"(0), "r"(0), "r"(vs), "r"(bar) : "memory");
+        "[%7];" ::"r"(base + L::KV_BYTES), "l"(v_map), "r"(0), "r"(0), "r"(0), "r"(0), "r"(vs), "r"(bar) : "memory");
+    if constexpr (!K_DENSE)
+        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                     ::"r"(base + L::KV_BYTES + VV_BYTES), "l"(k_meta + (size_t)ks * BS * D / 32), "r"(L::KM_BYTES),
+                       "r"(bar) : "memory");
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-                 ::"r"(base + KV_BYTES + VV_BYTES), "l"(k_meta + (size_t)ks * BS * D / 32), "r"(KM_BYTES), "r"(bar)
-                 : "memory");
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-                 ::"r"(base + KV_BYTES + VV_BYTES + KM_BYTES), "l"(v_meta + (size_t)vs * D * BS / 32), "r"(VM_BYTES),
-                   "r"(bar) : "memory");
+                 ::"r"(base + L::KV_BYTES + VV_BYTES + L::KM_BYTES), "l"(v_meta + (size_t)vs * D * BS / 32),
+                   "r"(VM_BYTES), "r"(bar) : "memory");
 #else
     // nothing copied: the expected bytes are declared done by hand
-    asm volatile("mbarrier.complete_tx.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(STAGE_BYTES) : "memory");
+    asm volatile("mbarrier.complete_tx.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(L::STAGE_BYTES) : "memory");
 #endif
 }
 
 // The longest key of each KV head among the blocks of its index map (the norm of a 2:4 block's value row is its
-// pruned key's), into key_norm[h] by atomicMax on the float's bits (non-negative floats order as their bits; zeroed
-// before); *status = 1 where an entry of either map is not a 2:4 slot inside its pool. One thread per key row.
-__global__ void __launch_bounds__(BS) key_norms(const uint16_t* __restrict__ k_vals, const int32_t* __restrict__ k_index,
+// pruned key's; K_DENSE: among the dense keys [64 nb, h_kv, 128]), into key_norm[h] by atomicMax on the float's bits
+// (non-negative floats order as their bits; zeroed before); *status = 1 where an entry of a map in use is not a 2:4
+// slot inside its pool. One thread per key row.
+template <bool K_DENSE>
+__global__ void __launch_bounds__(BS) key_norms(const uint16_t* __restrict__ keys, const int32_t* __restrict__ k_index,
                                                const int32_t* __restrict__ v_index, int nb, int k_slots, int v_slots,
                                                unsigned* __restrict__ key_norm, int* __restrict__ status) {
-    const int h = blockIdx.y, entry = h * nb + blockIdx.x, ks = ~k_index[entry], vs = ~v_index[entry];
+    const int h = blockIdx.y, entry = h * nb + blockIdx.x, ks = K_DENSE ? 0 : ~k_index[entry], vs = ~v_index[entry];
     if (ks < 0 || ks >= k_slots || vs < 0 || vs >= v_slots) {
         if (threadIdx.x == 0) atomicOr(status, 1);
         return;
     }
-    const uint4* row = reinterpret_cast<const uint4*>(k_vals + ((size_t)ks * BS + threadIdx.x) * (D / 2));
+    const uint4* row = reinterpret_cast<const uint4*>(
+        K_DENSE ? keys + ((size_t)(BS * blockIdx.x + threadIdx.x) * gridDim.y + h) * D
+                : keys + ((size_t)ks * BS + threadIdx.x) * (D / 2));
     float squares = 0.f;
     #pragma unroll
-    for (int i = 0; i < D / 16; i++) {
+    for (int i = 0; i < (K_DENSE ? D / 8 : D / 16); i++) {
         const uint4 x = row[i];
         const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&x);
         #pragma unroll
@@ -201,6 +233,7 @@ __global__ void __launch_bounds__(BS) key_norms(const uint16_t* __restrict__ k_v
 // exponentials fell below min_sum: too few of its scores were kept to trust it); index maps [h_kv, nb], every entry
 // sparse; q_pos0 < 0: no mask, else query token i sits at position q_pos0 + i of the prefix and sees the keys at or
 // before it
+template <bool K_DENSE>
 __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
     const __nv_bfloat16* __restrict__ q, const uint16_t* __restrict__ k_vals, const uint32_t* __restrict__ k_meta,
     const uint16_t* __restrict__ v_vals, const uint32_t* __restrict__ v_meta, const int32_t* __restrict__ k_index,
@@ -209,6 +242,7 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
     float* __restrict__ lse, int t_len, int nb, float scale_log2, int q_pos0, float min_sum,
     const __grid_constant__ CUtensorMap k_map,
     const __grid_constant__ CUtensorMap v_map) {
+    using L = Layout<K_DENSE>;
     extern __shared__ __align__(1024) uint8_t smem[];
     if (*status) return;
     const int tid = threadIdx.x, wg = tid / 128, lane = tid % 32;
@@ -218,7 +252,7 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
     const int tile = causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
     const int nbc = causal ? min(nb, (q_pos0 + min(t_len, (tile + 1) * TOKENS) - 1) / BS + 1) : nb;
     const uint32_t sbase = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-    const uint32_t full = sbase + BAR_OFF, empty = full + STAGES * 8;
+    const uint32_t full = sbase + L::BAR_OFF, empty = full + STAGES * 8;
     if (tid == 0) {
         for (int s = 0; s < STAGES; s++) bar_init(full + 8 * s, 1), bar_init(empty + 8 * s, CONSUMERS * 128);
     }
@@ -240,7 +274,7 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
         }
         #pragma unroll
         for (int o_ = 1; o_ < 16; o_ <<= 1) squares += __shfl_xor_sync(0xffffffffu, squares, o_);
-        if (c == 0) reinterpret_cast<float*>(smem + RED_OFF)[cw * 4 * ROWS + r] = sqrtf(squares) * key_scale;
+        if (c == 0) reinterpret_cast<float*>(smem + L::RED_OFF)[cw * 4 * ROWS + r] = sqrtf(squares) * key_scale;
     }
     async_proxy_fence();  // the Q^T stores, before wgmma reads them
     __syncthreads();
@@ -257,8 +291,8 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
                 const int ke = k_next, ve = v_next;
                 if (j + 1 < nbc) k_next = ki[j + 1], v_next = vi[j + 1];
                 if (j >= STAGES) bar_wait(empty + 8 * (j % STAGES), (j / STAGES - 1) & 1);
-                stage_block(sbase + STAGE_OFF + (j % STAGES) * STAGE_BYTES, full + 8 * (j % STAGES), ke, ve, &k_map, &v_map,
-                            k_meta, v_meta);
+                stage_block<K_DENSE>(sbase + STAGE_OFF + (j % STAGES) * L::STAGE_BYTES, full + 8 * (j % STAGES), j, hk,
+                                     ke, ve, &k_map, &v_map, k_meta, v_meta);
             }
         }
         return;
@@ -269,7 +303,7 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
     const int token0 = tile * TOKENS + wg * (ROWS / G);
     const int diag = causal ? (q_pos0 + token0) / BS : nbc;  // from this block on, some keys follow some tokens
     const uint32_t q_a = sbase + Q_OFF + wg * Q_BYTES, p_a = sbase + P_OFF + wg * P_BYTES;
-    float* red = reinterpret_cast<float*>(smem + RED_OFF) + wg * 4 * ROWS;  // [4 warps][64 rows]
+    float* red = reinterpret_cast<float*>(smem + L::RED_OFF) + wg * 4 * ROWS;  // [4 warps][64 rows]
     // this lane's row address of P^T's stores (lanes 8 i .. 8 i + 7 give the rows of piece i: keys 16 w + 8 (i % 2),
     // rows 8 (i / 2) + lane % 8 of each 16-row group)
     const int st_row = 8 * (lane / 16) + lane % 8, st_chunk = 2 * w + (lane / 8) % 2;
@@ -287,33 +321,48 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
     // serialize the wgmmas (C7513), so they are set only where none is: block j's S metadata (ek) at the end of
     // block j - 1's softmax, once its stage is full.
     uint32_t ek[4];
-    auto k_meta_regs = [&](int j) {
+    auto k_meta_regs = [&](int j) {  // K_DENSE: only the wait for the stage
         const int stage = j % STAGES;
-        const uint32_t* km = reinterpret_cast<const uint32_t*>(smem + STAGE_OFF + stage * STAGE_BYTES + KV_BYTES + VV_BYTES);
+        const uint32_t* km =
+            reinterpret_cast<const uint32_t*>(smem + STAGE_OFF + stage * L::STAGE_BYTES + L::KV_BYTES + VV_BYTES);
         bar_wait(full + 8 * stage, (j / STAGES) & 1);
-        #pragma unroll
-        for (int k = 0; k < 4; k++) ek[k] = meta_reg(km[(16 * w + g) * 4 + k], km[(16 * w + g + 8) * 4 + k], t);
+        if constexpr (!K_DENSE) {
+            #pragma unroll
+            for (int k = 0; k < 4; k++) ek[k] = meta_reg(km[(16 * w + g) * 4 + k], km[(16 * w + g + 8) * 4 + k], t);
+        }
     };
     if (nbc > 0) k_meta_regs(0);
     for (int j = 0; j < nbc; j++) {
         const int stage = j % STAGES;
-        const uint32_t st = sbase + STAGE_OFF + stage * STAGE_BYTES;
-        const uint32_t* vm =
-            reinterpret_cast<const uint32_t*>(smem + STAGE_OFF + stage * STAGE_BYTES + KV_BYTES + VV_BYTES + KM_BYTES);
+        const uint32_t st = sbase + STAGE_OFF + stage * L::STAGE_BYTES;
+        const uint32_t* vm = reinterpret_cast<const uint32_t*>(smem + STAGE_OFF + stage * L::STAGE_BYTES + L::KV_BYTES +
+                                                               VV_BYTES + L::KM_BYTES);
         float s[32];
         wgmma_fence();
 #ifdef HS_NO_S
         #pragma unroll
         for (int i = 0; i < 32; i++) s[i] = __uint_as_float(ek[i % 4] & 0x3f00ffffu);
 #else
-        #pragma unroll
-        for (int k = 0; k < 4; k++) {  // d 32 k .. 32 k + 31
-            const uint64_t a = desc(st + 32 * k, 16, 1024, 1);
-            const uint64_t b = desc(q_a + (k / 2) * ROWS * 128 + 64 * (k % 2), 16, 1024, 1);
-            if (k == 0)
-                wgmma_sp<false>(s, a, b, ek[k]);
-            else
-                wgmma_sp(s, a, b, ek[k]);
+        if constexpr (K_DENSE) {
+            #pragma unroll
+            for (int k = 0; k < 8; k++) {  // d 16 k .. 16 k + 15, in atom k / 4 of K and of Q^T
+                const uint64_t a = desc(st + (k / 4) * BS * 128 + 32 * (k % 4), 16, 1024, 1);
+                const uint64_t b = desc(q_a + (k / 4) * ROWS * 128 + 32 * (k % 4), 16, 1024, 1);
+                if (k == 0)
+                    wgmma_dense<false>(s, a, b);
+                else
+                    wgmma_dense(s, a, b);
+            }
+        } else {
+            #pragma unroll
+            for (int k = 0; k < 4; k++) {  // d 32 k .. 32 k + 31
+                const uint64_t a = desc(st + 32 * k, 16, 1024, 1);
+                const uint64_t b = desc(q_a + (k / 2) * ROWS * 128 + 64 * (k % 2), 16, 1024, 1);
+                if (k == 0)
+                    wgmma_sp<false>(s, a, b, ek[k]);
+                else
+                    wgmma_sp(s, a, b, ek[k]);
+            }
         }
 #endif
         wgmma_commit();
@@ -374,7 +423,7 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
         for (int mt = 0; mt < 2; mt++)
             #pragma unroll
             for (int kk = 0; kk < 2; kk++)  // d rows 64 mt .., keys 32 kk ..
-                wgmma_sp(o[mt], desc(st + KV_BYTES + mt * 8 * 512 + kk * 256, 128, 512, 0),
+                wgmma_sp(o[mt], desc(st + L::KV_BYTES + mt * 8 * 512 + kk * 256, 128, 512, 0),
                          desc(p_a + 64 * kk, 16, 1024, 1), ev[mt][kk]);
 #endif
         wgmma_commit();  // left running under the next block's wait and S
@@ -422,68 +471,94 @@ static F driver_fn(const char* name) {
     return reinterpret_cast<F>(fn);
 }
 
-static bool pool_maps(const void* k_vals, const void* v_vals, CUtensorMap* k_map, CUtensorMap* v_map) {
-    using Encode = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
-                                const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
-                                CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-    using Range = CUresult (*)(CUdeviceptr*, size_t*, CUdeviceptr);
+using Encode = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*, const cuuint64_t*,
+                            const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
+                            CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+static bool encode_map(CUtensorMap* map, const void* base, int rank, const cuuint64_t* dim, const cuuint64_t* stride,
+                       const cuuint32_t* box, CUtensorMapSwizzle swizzle) {
     static const Encode encode = driver_fn<Encode>("cuTensorMapEncodeTiled");
+    const cuuint32_t ones[5] = {1, 1, 1, 1, 1};
+    return encode && encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, rank, const_cast<void*>(base), dim, stride, box, ones,
+                            CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+// K's map: over the dense keys [64 nb, h_kv, 128] where given, else over the K pool's 2:4 values; V's over its pool's
+static bool tensor_maps(const void* k_dense, const void* k_vals, const void* v_vals, int h_kv, int nb,
+                        CUtensorMap* k_map, CUtensorMap* v_map) {
+    using Range = CUresult (*)(CUdeviceptr*, size_t*, CUdeviceptr);
     static const Range range = driver_fn<Range>("cuMemGetAddressRange");
-    if (!encode || !range) return false;
+    if (!range) return false;
     auto slots = [&](const void* p, cuuint64_t block_bytes) -> cuuint64_t {
         CUdeviceptr base = 0;
         size_t size = 0;
         if (range(&base, &size, reinterpret_cast<CUdeviceptr>(p)) != CUDA_SUCCESS) return 0;
         return (base + size - reinterpret_cast<CUdeviceptr>(p)) / block_bytes;
     };
-    const cuuint64_t ks = slots(k_vals, KV_BYTES), vs = slots(v_vals, VV_BYTES);
-    if (!ks || !vs) return false;
-    const cuuint32_t ones[5] = {1, 1, 1, 1, 1};
-    const cuuint64_t k_dim[3] = {64, 64, ks}, k_stride[2] = {128, KV_BYTES};
-    const cuuint32_t k_box[3] = {64, 64, 1};
+    const cuuint64_t vs = slots(v_vals, VV_BYTES);
     // V^T [slot][128 rows][4 units of 8]: element e of unit u of row 8 g + r at dims (e, r, u, g, slot)
     const cuuint64_t v_dim[5] = {8, 8, 4, 16, vs}, v_stride[4] = {64, 16, 512, VV_BYTES};
     const cuuint32_t v_box[5] = {8, 8, 4, 16, 1};
-    return encode(k_map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<void*>(k_vals), k_dim, k_stride, k_box, ones,
-                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS &&
-           encode(v_map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 5, const_cast<void*>(v_vals), v_dim, v_stride, v_box, ones,
-                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+    if (!vs || !encode_map(v_map, v_vals, 5, v_dim, v_stride, v_box, CU_TENSOR_MAP_SWIZZLE_NONE)) return false;
+    const cuuint32_t k_box[3] = {64, 64, 1}, dense_box[3] = {64, 1, 64};
+    if (k_dense) {
+        const cuuint64_t dim[3] = {D, (cuuint64_t)h_kv, (cuuint64_t)BS * nb}, stride[2] = {D * 2, (cuuint64_t)h_kv * D * 2};
+        return encode_map(k_map, k_dense, 3, dim, stride, dense_box, CU_TENSOR_MAP_SWIZZLE_128B);
+    }
+    const cuuint64_t ks = slots(k_vals, SPARSE_K_BYTES);
+    const cuuint64_t k_dim[3] = {64, 64, ks}, k_stride[2] = {128, SPARSE_K_BYTES};
+    return ks && encode_map(k_map, k_vals, 3, k_dim, k_stride, k_box, CU_TENSOR_MAP_SWIZZLE_128B);
 }
 
-// 0 on success, else a cudaError_t (cudaErrorInvalidValue: a tensor map could not be encoded, or the queries'
-// positions do not fit the sequence). q_pos0 < 0: no mask; else query token i sits at position q_pos0 + i of the
-// sequence (0 <= q_pos0, q_pos0 + t_len <= 64 nb) and sees the keys at or before it. work: h_kv + 1 int32, the
-// longest keys (float bits) and the status, set 1 (and nothing else done) where an index entry is not a 2:4 slot of
-// its pool of k_slots / v_slots.
-extern "C" int hs_prefill_sp(const void* q, const void* k_vals, const void* k_meta, const void* v_vals,
-                             const void* v_meta, const int32_t* k_index, const int32_t* v_index, int k_slots,
-                             int v_slots, int* work, void* out, float* lse, int t_len, int h_kv, int nb,
-                             float scale_log2, int q_pos0, float min_sum, void* stream) {
-    if (q_pos0 >= 0 && q_pos0 + t_len > BS * nb) return cudaErrorInvalidValue;
-    static const cudaError_t attr = cudaFuncSetAttribute(trans_both_sp, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM);
+template <bool K_DENSE>
+static int run(const void* q, const void* keys, const void* k_meta, const void* v_vals, const void* v_meta,
+               const int32_t* k_index, const int32_t* v_index, int k_slots, int v_slots, int* work, void* out,
+               float* lse, int t_len, int h_kv, int nb, float scale_log2, int q_pos0, float min_sum, cudaStream_t s) {
+    using L = Layout<K_DENSE>;
+    static const cudaError_t attr =
+        cudaFuncSetAttribute(trans_both_sp<K_DENSE>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::SMEM);
     if (attr != cudaSuccess) return attr;
     CUtensorMap k_map, v_map;
-    if (!pool_maps(k_vals, v_vals, &k_map, &v_map)) return cudaErrorInvalidValue;
-    const cudaStream_t s = static_cast<cudaStream_t>(stream);
+    if (!tensor_maps(K_DENSE ? keys : nullptr, keys, v_vals, h_kv, nb, &k_map, &v_map)) return cudaErrorInvalidValue;
     if (const cudaError_t e = cudaMemsetAsync(work, 0, (h_kv + 1) * sizeof(int), s)) return e;
-    key_norms<<<dim3(nb, h_kv), BS, 0, s>>>(static_cast<const uint16_t*>(k_vals), k_index, v_index, nb, k_slots,
-                                            v_slots, reinterpret_cast<unsigned*>(work), work + h_kv);
+    key_norms<K_DENSE><<<dim3(nb, h_kv), BS, 0, s>>>(static_cast<const uint16_t*>(keys), k_index, v_index, nb, k_slots,
+                                                     v_slots, reinterpret_cast<unsigned*>(work), work + h_kv);
     const dim3 grid((t_len + TOKENS - 1) / TOKENS, h_kv);
-    trans_both_sp<<<grid, THREADS, SMEM, s>>>(
-        static_cast<const __nv_bfloat16*>(q), static_cast<const uint16_t*>(k_vals), static_cast<const uint32_t*>(k_meta),
+    trans_both_sp<K_DENSE><<<grid, THREADS, L::SMEM, s>>>(
+        static_cast<const __nv_bfloat16*>(q), static_cast<const uint16_t*>(keys), static_cast<const uint32_t*>(k_meta),
         static_cast<const uint16_t*>(v_vals), static_cast<const uint32_t*>(v_meta), k_index, v_index,
         reinterpret_cast<const float*>(work), work + h_kv, static_cast<__nv_bfloat16*>(out), lse, t_len, nb,
         scale_log2, q_pos0, min_sum, k_map, v_map);
     return cudaGetLastError();
 }
 
-// CTAs per SM (the occupancy calculator on the built kernel), -1 on an error
-extern "C" int hs_prefill_sp_resident() {
-    int n = 0;
-    if (cudaFuncSetAttribute(trans_both_sp, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM) != cudaSuccess ||
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, trans_both_sp, THREADS, SMEM) != cudaSuccess)
-        return -1;
-    return n;
+// 0 on success, else a cudaError_t (cudaErrorInvalidValue: a tensor map could not be encoded, or the queries'
+// positions do not fit the sequence). K: k_dense [64 nb, h_kv, 128] bf16 where not null (k_vals, k_meta, k_index
+// then unused), else the K pool's blocks. q_pos0 < 0: no mask; else query token i sits at position q_pos0 + i of the
+// sequence (0 <= q_pos0, q_pos0 + t_len <= 64 nb) and sees the keys at or before it. work: h_kv + 1 int32, the
+// longest keys (float bits) and the status, set 1 (and nothing else done) where an index entry in use is not a 2:4
+// slot of its pool of k_slots / v_slots.
+extern "C" int hs_prefill_sp(const void* q, const void* k_dense, const void* k_vals, const void* k_meta,
+                             const void* v_vals, const void* v_meta, const int32_t* k_index, const int32_t* v_index,
+                             int k_slots, int v_slots, int* work, void* out, float* lse, int t_len, int h_kv, int nb,
+                             float scale_log2, int q_pos0, float min_sum, void* stream) {
+    if (q_pos0 >= 0 && q_pos0 + t_len > BS * nb) return cudaErrorInvalidValue;
+    const cudaStream_t s = static_cast<cudaStream_t>(stream);
+    return k_dense ? run<true>(q, k_dense, k_meta, v_vals, v_meta, k_index, v_index, 1, v_slots, work, out, lse, t_len,
+                               h_kv, nb, scale_log2, q_pos0, min_sum, s)
+                   : run<false>(q, k_vals, k_meta, v_vals, v_meta, k_index, v_index, k_slots, v_slots, work, out, lse,
+                                t_len, h_kv, nb, scale_log2, q_pos0, min_sum, s);
+}
+
+// CTAs per SM (the occupancy calculator on the built kernel for dense or 2:4 keys), -1 on an error
+extern "C" int hs_prefill_sp_resident(int k_dense) {
+    auto resident = [](auto kernel, int smem) {
+        int n = 0;
+        if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess ||
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, THREADS, smem) != cudaSuccess)
+            return -1;
+        return n;
+    };
+    return k_dense ? resident(trans_both_sp<true>, Layout<true>::SMEM) : resident(trans_both_sp<false>, Layout<false>::SMEM);
 }

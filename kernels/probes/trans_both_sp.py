@@ -46,17 +46,25 @@ def sparse_prefix(prefix: int, h_kv: int, gen: torch.Generator):
     return out
 
 
+def blocks(pool, index):
+    return cuda_prefill.SparseBlocks(pool.values, pool.meta, index)
+
+
 def run(q, k_pool, k_index, v_pool, v_index, q_pos0=None, defines=(), fallback=False):
-    return cuda_prefill.attend(q, k_pool.values, k_pool.meta, v_pool.values, v_pool.meta, k_index, v_index, D ** -0.5,
-                               q_pos0, fallback=fallback, defines=defines)
+    return cuda_prefill.attend(q, blocks(k_pool, k_index), blocks(v_pool, v_index), D ** -0.5, q_pos0,
+                               fallback=fallback, defines=defines)
 
 
-def reference(q, k_pool, k_index, v_pool, v_index, scale, q_pos0=None):
-    """Float32 attention of q [t, h_q, d] over the pools' blocks (index maps [h_kv, nb]), any GQA ratio; q_pos0 as
+def dense(pool, index):
+    """The pool's blocks of the index map [h_kv, nb], decompressed: [h_kv, 64 nb, d]."""
+    return pool.gather(index).flatten(1, 2)
+
+
+def reference(q, k, v, scale, q_pos0=None):
+    """Float32 attention of q [t, h_q, d] over keys and values [h_kv, n, d], any GQA ratio; q_pos0 as
     ``cuda_prefill.attend``'s."""
-    group = q.shape[1] // k_index.shape[0]
-    k, v = (p.gather(i).flatten(1, 2).float().repeat_interleave(group, 0)
-            for p, i in ((k_pool, k_index), (v_pool, v_index)))
+    group = q.shape[1] // k.shape[0]
+    k, v = (x.float().repeat_interleave(group, 0) for x in (k, v))
     s = torch.einsum("thd,hkd->htk", q.float(), k) * scale
     if q_pos0 is not None:
         pos = torch.arange(q.shape[0], device=q.device)[:, None] + q_pos0
@@ -78,12 +86,12 @@ def check(gen, defines):
         for q_pos0 in (None, prefix - t, (prefix - t) // 2):
             report(f"t {t} at {q_pos0} of prefix {prefix} heads {h_kv * G}/{h_kv}",
                    run(q, k_pool, k_index, v_pool, v_index, q_pos0, defines),
-                   *reference(q, k_pool, k_index, v_pool, v_index, D ** -0.5, q_pos0))
+                   *reference(q, dense(k_pool, k_index), dense(v_pool, v_index), D ** -0.5, q_pos0))
 
 
 def cudnn_ms(q, k_pool, k_index, v_pool, v_index, causal: bool) -> float:
     """cuDNN attention (SDPA) over the same keys, decompressed dense."""
-    kd, vd = (p.gather(i).flatten(1, 2)[None] for p, i in ((k_pool, k_index), (v_pool, v_index)))
+    kd, vd = dense(k_pool, k_index)[None], dense(v_pool, v_index)[None]
     with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
         return timeit(lambda: F.scaled_dot_product_attention(q.transpose(0, 1)[None], kd, vd, is_causal=causal,
                                                              enable_gqa=True))
@@ -100,7 +108,7 @@ def bench(gen, t: int, prefix: int, defines):
     triton = timeit(lambda: gpu.triton_prefill(q, kc, vc, k_pool, v_pool, k_index, v_index, prefix, D ** -0.5))
     chunk_flop = 4.0 * t * h_kv * G * t / 2 * D
     print(f"\n{torch.cuda.get_device_name()}: {t} queries x {prefix} keys of a 2:4 prefix, 32/8 heads, d 128, bf16; "
-          f"{cuda_prefill.library(G, defines).hs_prefill_sp_resident()} CTAs per SM\n"
+          f"{cuda_prefill.library(G, defines).hs_prefill_sp_resident(0)} CTAs per SM\n"
           f"| kernel | ms | effective TFLOP/s |\n|---|---|---|\n"
           f"| cuDNN, the same keys dense, no mask | {cudnn:.3f} | {prefix_flop / cudnn / 1e9:.0f} |\n"
           f"| wgmma.sp Trans-Both, static offset | {ours:.3f} | {prefix_flop / ours / 1e9:.0f} |\n"
@@ -116,8 +124,8 @@ def bench_causal(gen, t: int, defines):
     ours = timeit(lambda: run(q, k_pool, k_index, v_pool, v_index, 0, defines, fallback=True))
     out, lse = torch.empty_like(q), torch.empty(q.shape[:2], device="cuda")
     work = torch.empty(h_kv + 1, dtype=torch.int32, device="cuda")
-    alone = timeit(lambda: cuda_prefill.launch(q, k_pool.values, k_pool.meta, v_pool.values, v_pool.meta, k_index,
-                                               v_index, work, D ** -0.5, 0, out, lse, defines))
+    alone = timeit(lambda: cuda_prefill.launch(q, blocks(k_pool, k_index), blocks(v_pool, v_index), work, D ** -0.5, 0,
+                                               out, lse, defines))
     cudnn = cudnn_ms(q, k_pool, k_index, v_pool, v_index, causal=True)
     flop = 4.0 * t * h_kv * G * t / 2 * D
     print(f"\n{t} tokens one shot, causal, every block 2:4, 32/8 heads, d 128, bf16\n"
