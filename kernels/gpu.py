@@ -96,7 +96,6 @@ def _sm_count(device: torch.device) -> int:
 
 
 @functools.lru_cache(maxsize=None)
-@functools.lru_cache(maxsize=None)
 def _sm_major(device: torch.device) -> int:  # asked on every decode step and prefill call: once per device
     return torch.cuda.get_device_capability(device)[0]
 

@@ -27,8 +27,8 @@ def command(source: Path, arch: str, output: Path, *extra: str, defines: tuple[s
     nvcc = find()
     if nvcc is None:
         raise RuntimeError(f"nvcc not found (set CUDA_HOME): needed to build {source.name}")
-    return [nvcc, "-O3", "-gencode", f"arch=compute_{arch[3:]},code={arch}", "-std=c++17", *(f"-D{d}" for d in defines), *extra, "-o", str(output),
-            str(source)]
+    return [nvcc, "-O3", "-gencode", f"arch=compute_{arch[3:]},code={arch}", "-std=c++17",
+            *(f"-D{d}" for d in defines), *extra, "-o", str(output), str(source)]
 
 
 def library(source: Path, arch: str, defines: tuple[str, ...] = (), cache: Path | None = None) -> Path:

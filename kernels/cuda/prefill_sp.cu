@@ -196,6 +196,18 @@ __device__ __forceinline__ void stage_block(uint32_t base, uint32_t bar, int j, 
 #endif
 }
 
+// the sum of squares of 8 bf16 values
+__device__ __forceinline__ float squares8(uint4 x) {
+    const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&x);
+    float sum = 0.f;
+    #pragma unroll
+    for (int e = 0; e < 4; e++) {
+        const float2 f = __bfloat1622float2(pairs[e]);
+        sum += f.x * f.x + f.y * f.y;
+    }
+    return sum;
+}
+
 // The longest key of each KV head among the blocks of its index map (the norm of a 2:4 block's value row is its
 // pruned key's; K_DENSE: among the dense keys [64 nb, h_kv, 128]), into key_norm[h] by atomicMax on the float's bits
 // (non-negative floats order as their bits; zeroed before); *status = 1 where an entry of a map in use is not a 2:4
@@ -214,15 +226,7 @@ __global__ void __launch_bounds__(BS) key_norms(const uint16_t* __restrict__ key
                 : keys + ((size_t)ks * BS + threadIdx.x) * (D / 2));
     float squares = 0.f;
     #pragma unroll
-    for (int i = 0; i < (K_DENSE ? D / 8 : D / 16); i++) {
-        const uint4 x = row[i];
-        const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&x);
-        #pragma unroll
-        for (int e = 0; e < 4; e++) {
-            const float2 f = __bfloat1622float2(pairs[e]);
-            squares += f.x * f.x + f.y * f.y;
-        }
-    }
+    for (int i = 0; i < (K_DENSE ? D / 8 : D / 16); i++) squares += squares8(row[i]);
     #pragma unroll
     for (int o = 16; o > 0; o >>= 1) squares = fmaxf(squares, __shfl_xor_sync(0xffffffffu, squares, o));
     if (threadIdx.x % 32 == 0) atomicMax(key_norm + h, __float_as_uint(sqrtf(squares)));
@@ -265,13 +269,7 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
         uint4 x = make_uint4(0, 0, 0, 0);
         if (token < t_len) x = *reinterpret_cast<const uint4*>(q + ((size_t)token * h_q + hk * G + r % G) * D + 8 * c);
         *reinterpret_cast<uint4*>(smem + Q_OFF + cw * Q_BYTES + (c / 8) * ROWS * 128 + sw128(r, c % 8)) = x;
-        const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&x);
-        float squares = 0.f;
-        #pragma unroll
-        for (int e = 0; e < 4; e++) {
-            const float2 f = __bfloat1622float2(pairs[e]);
-            squares += f.x * f.x + f.y * f.y;
-        }
+        float squares = squares8(x);
         #pragma unroll
         for (int o_ = 1; o_ < 16; o_ <<= 1) squares += __shfl_xor_sync(0xffffffffu, squares, o_);
         if (c == 0) reinterpret_cast<float*>(smem + L::RED_OFF)[cw * 4 * ROWS + r] = sqrtf(squares) * key_scale;
@@ -286,10 +284,11 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
         if (tid % 128 == 0) {
             asm volatile("prefetch.tensormap [%0];" ::"l"(&k_map) : "memory");
             asm volatile("prefetch.tensormap [%0];" ::"l"(&v_map) : "memory");
-            int k_next = nbc > 0 ? ki[0] : 0, v_next = nbc > 0 ? vi[0] : 0;  // the entries one block ahead
+            // the entries one block ahead (dense keys have none: k_index is null then)
+            int k_next = !K_DENSE && nbc > 0 ? ki[0] : 0, v_next = nbc > 0 ? vi[0] : 0;
             for (int j = 0; j < nbc; j++) {
                 const int ke = k_next, ve = v_next;
-                if (j + 1 < nbc) k_next = ki[j + 1], v_next = vi[j + 1];
+                if (j + 1 < nbc) k_next = K_DENSE ? 0 : ki[j + 1], v_next = vi[j + 1];
                 if (j >= STAGES) bar_wait(empty + 8 * (j % STAGES), (j / STAGES - 1) & 1);
                 stage_block<K_DENSE>(sbase + STAGE_OFF + (j % STAGES) * L::STAGE_BYTES, full + 8 * (j % STAGES), j, hk,
                                      ke, ve, &k_map, &v_map, k_meta, v_meta);
@@ -484,9 +483,9 @@ static bool encode_map(CUtensorMap* map, const void* base, int rank, const cuuin
                             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-// K's map: over the dense keys [64 nb, h_kv, 128] where given, else over the K pool's 2:4 values; V's over its pool's
-static bool tensor_maps(const void* k_dense, const void* k_vals, const void* v_vals, int h_kv, int nb,
-                        CUtensorMap* k_map, CUtensorMap* v_map) {
+// K's map: over the dense keys [64 nb, h_kv, 128] (k_dense), else over the K pool's 2:4 values; V's over its pool's
+static bool tensor_maps(bool k_dense, const void* keys, const void* v_vals, int h_kv, int nb, CUtensorMap* k_map,
+                        CUtensorMap* v_map) {
     using Range = CUresult (*)(CUdeviceptr*, size_t*, CUdeviceptr);
     static const Range range = driver_fn<Range>("cuMemGetAddressRange");
     if (!range) return false;
@@ -504,11 +503,11 @@ static bool tensor_maps(const void* k_dense, const void* k_vals, const void* v_v
     const cuuint32_t k_box[3] = {64, 64, 1}, dense_box[3] = {64, 1, 64};
     if (k_dense) {
         const cuuint64_t dim[3] = {D, (cuuint64_t)h_kv, (cuuint64_t)BS * nb}, stride[2] = {D * 2, (cuuint64_t)h_kv * D * 2};
-        return encode_map(k_map, k_dense, 3, dim, stride, dense_box, CU_TENSOR_MAP_SWIZZLE_128B);
+        return encode_map(k_map, keys, 3, dim, stride, dense_box, CU_TENSOR_MAP_SWIZZLE_128B);
     }
-    const cuuint64_t ks = slots(k_vals, SPARSE_K_BYTES);
+    const cuuint64_t ks = slots(keys, SPARSE_K_BYTES);
     const cuuint64_t k_dim[3] = {64, 64, ks}, k_stride[2] = {128, SPARSE_K_BYTES};
-    return ks && encode_map(k_map, k_vals, 3, k_dim, k_stride, k_box, CU_TENSOR_MAP_SWIZZLE_128B);
+    return ks && encode_map(k_map, keys, 3, k_dim, k_stride, k_box, CU_TENSOR_MAP_SWIZZLE_128B);
 }
 
 template <bool K_DENSE>
@@ -520,7 +519,7 @@ static int run(const void* q, const void* keys, const void* k_meta, const void* 
         cudaFuncSetAttribute(trans_both_sp<K_DENSE>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::SMEM);
     if (attr != cudaSuccess) return attr;
     CUtensorMap k_map, v_map;
-    if (!tensor_maps(K_DENSE ? keys : nullptr, keys, v_vals, h_kv, nb, &k_map, &v_map)) return cudaErrorInvalidValue;
+    if (!tensor_maps(K_DENSE, keys, v_vals, h_kv, nb, &k_map, &v_map)) return cudaErrorInvalidValue;
     if (const cudaError_t e = cudaMemsetAsync(work, 0, (h_kv + 1) * sizeof(int), s)) return e;
     key_norms<K_DENSE><<<dim3(nb, h_kv), BS, 0, s>>>(static_cast<const uint16_t*>(keys), k_index, v_index, nb, k_slots,
                                                      v_slots, reinterpret_cast<unsigned*>(work), work + h_kv);
