@@ -24,7 +24,8 @@ score matrix), whatever the kernel skips. ``--prebuild`` compiles every kernel t
 this benchmark use, in parallel processes (TileLang's disk cache then serves them).
 ``--question N``: then N query tokens after the whole sequence as a cached prefix, the prefix split
 among programs (``prefill_splits``) vs not, and cuDNN on the same keys. ``--densify-chunks``: where
-copying a 2:4 prefix dense first pays (``gpu.prefill_densify``).
+copying a 2:4 prefix dense first pays (``gpu.prefill_densify``). ``--cuda-prefix-chunks``: where the prefix's 2:4
+blocks on the CUDA kernel pay (``gpu.cuda_prefix_fills``).
 """
 
 import argparse
@@ -162,7 +163,7 @@ def bench(tokens: int, variants, chunk: int, triton_configs, tilelang: bool) -> 
         ref_out = sdpa(qb, kb, vb, is_causal=True, enable_gqa=True)[0].transpose(0, 1)
 
     bench_triton(q, k, v, chunk, triton_configs, add, ref_out)
-    bench_cuda(q, k, v, add)
+    bench_cuda(q, k, v, chunk, add)
     if not tilelang:
         return rows
     from hs_kernels import tl_prefill as P
@@ -198,10 +199,11 @@ def bench(tokens: int, variants, chunk: int, triton_configs, tilelang: bool) -> 
     return rows
 
 
-def bench_cuda(q, k, v, add) -> None:
+def bench_cuda(q, k, v, chunk: int, add) -> None:
     """The CUDA Trans-Both kernel on wgmma.sp (``gpu.prefill_compressed_attention``), one shot, every V tile 2:4 and
     every K tile 2:4 (S_K = 1) or dense (S_K = 0): the entry point's whole cost (key norms, kernel, underflow check),
-    then with the chunk's compression."""
+    then with the chunk's compression; then chunks of ``chunk`` tokens over the previous ones stored 2:4 (S = 1/1),
+    ``gpu.prefill_attention`` on the Triton kernel alone and "auto" (the prefix's 2:4 blocks on the CUDA kernel)."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.nn.functional import scaled_dot_product_attention as sdpa
 
@@ -212,16 +214,25 @@ def bench_cuda(q, k, v, add) -> None:
         print("  CUDA wgmma.sp prefill: not supported here (needs sm_90, nvcc, bf16, d 128)", flush=True)
         return
     for s_k in (1, 0):
-        chunk = compress_chunk(k, v, s_k, 1)
-        out, _ = gpu.prefill_compressed_attention(q, k, v, chunk)
-        kd, vd = (x.transpose(0, 1)[None] for x in chunk_as_dense(k, v, chunk))
+        compressed = compress_chunk(k, v, s_k, 1)
+        out, _ = gpu.prefill_compressed_attention(q, k, v, compressed)
+        kd, vd = (x.transpose(0, 1)[None] for x in chunk_as_dense(k, v, compressed))
         with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
             same_keys = sdpa(q.transpose(0, 1)[None], kd, vd, is_causal=True, enable_gqa=True)[0].transpose(0, 1)
         note = f"rel.err vs cuDNN on the same keys {rel_err(out, same_keys):.1e}"
         add(f"ours CUDA wgmma.sp one shot, S_K={s_k} S_V=1",
-            timeit(lambda: gpu.prefill_compressed_attention(q, k, v, chunk)), note)
+            timeit(lambda: gpu.prefill_compressed_attention(q, k, v, compressed)), note)
         add(f"  the same with compress_chunk({s_k}, 1)",
             timeit(lambda: gpu.prefill_compressed_attention(q, k, v, compress_chunk(k, v, s_k, 1))))
+    # chunked over a 2:4 prefix (the serving path): the prefix's 2:4 blocks on the kernel, the chunk on Triton
+    gen = torch.Generator(device=q.device)
+    gen.manual_seed(3)
+    (k_pool, k_idx), (v_pool, v_idx) = _pools_at(k, "k", 1, gen), _pools_at(v, "v", 1, gen)
+    ref_out = torch.cat(_chunked(q, k, v, chunk, k_pool, v_pool, k_idx, v_idx, kernel="triton"))
+    for kernel in ("triton", "auto"):
+        run = lambda: _chunked(q, k, v, chunk, k_pool, v_pool, k_idx, v_idx, kernel=kernel)  # noqa: E731
+        note = "" if kernel == "triton" else f"rel.err vs the Triton row {rel_err(torch.cat(run()), ref_out):.1e}"
+        add(f"chunked {chunk}, prefix S_K=1 S_V=1, kernel={kernel}", timeit(run), note)
 
 
 def _pools_at(x: torch.Tensor, operand: str, s: float, gen: torch.Generator):
@@ -234,6 +245,19 @@ def _pools_at(x: torch.Tensor, operand: str, s: float, gen: torch.Generator):
     blocks = to_blocks(x)
     sparse = torch.rand(blocks.shape[:2], generator=gen, device=x.device) < s
     return BlockPool.holding(operand, blocks, sparse, element_mask(blocks, operand))
+
+
+def _chunked(q, k, v, chunk: int, k_pool, v_pool, k_idx, v_idx, **options) -> list[torch.Tensor]:
+    """The sequence prefilled in chunks of ``chunk`` tokens by ``gpu.prefill_attention``, each after the previous
+    ones as its prefix in the pools; the chunks' outputs."""
+    from hs_kernels import gpu
+
+    outs = []
+    for c0 in range(0, q.shape[0], chunk):
+        c1 = min(q.shape[0], c0 + chunk)
+        outs.append(gpu.prefill_attention(q[c0:c1], k[c0:c1], v[c0:c1], k_pool, v_pool, k_idx[:, :c0 // 64],
+                                          v_idx[:, :c0 // 64], c0, **options)[0])
+    return outs
 
 
 def bench_triton(q, k, v, chunk: int, configs, add, ref_out) -> None:
@@ -268,13 +292,8 @@ def bench_triton(q, k, v, chunk: int, configs, add, ref_out) -> None:
                 continue
             (k_pool, k_idx), (v_pool, v_idx) = _pools_at(k, "k", sk, gen), _pools_at(v, "v", sv, gen)
 
-            def chunked():
-                for c0 in range(0, t, chunk):
-                    c1 = min(t, c0 + chunk)
-                    gpu.prefill_attention(q[c0:c1], k[c0:c1], v[c0:c1], k_pool, v_pool, k_idx[:, :c0 // 64],
-                                          v_idx[:, :c0 // 64], c0, **opts, select=select, densify=densify,
-                                          prefix_n=prefix_n)
-
+            chunked = lambda: _chunked(q, k, v, chunk, k_pool, v_pool, k_idx, v_idx, kernel="triton",  # noqa: E731
+                                       **opts, select=select, densify=densify, prefix_n=prefix_n)
             kinds = gpu._entry_kinds(k_idx, v_idx, k_idx.shape[1])
             how = (" select" if select else (" read in place" if densify is False else "")) + (
                 f" {prefix_n}-key prefix tiles" if prefix_n else "")
@@ -340,6 +359,33 @@ def bench_densify(prefix: int, lengths) -> None:
                   flush=True)
 
 
+def bench_cuda_prefix(prefixes, lengths) -> None:
+    """Chunks of ``lengths`` tokens after a cached prefix of each of ``prefixes`` tokens stored 2:4 (S = 1/1):
+    ``gpu.prefill_attention`` on the Triton kernel alone vs the prefix on the CUDA kernel (``kernel="cuda"``), and
+    what "auto" picks."""
+    from hs_kernels import gpu
+
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(4)
+    print("\nChunks after a prefix stored 2:4 (S = 1/1): kernel triton / cuda\n"
+          "| prefix | chunk tokens | CTAs | triton ms | cuda ms | triton / cuda | rel.err | auto |\n"
+          "|---|---|---|---|---|---|---|---|", flush=True)
+    for prefix in prefixes:
+        pk, pv = (torch.randn(prefix, H_KV, D, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(2))
+        (k_pool, k_idx), (v_pool, v_idx) = _pools_at(pk, "k", 1, gen), _pools_at(pv, "v", 1, gen)
+        for t in lengths:
+            q, k, v = (torch.randn(t, h, D, device="cuda", dtype=torch.bfloat16, generator=gen)
+                       for h in (H_Q, H_KV, H_KV))
+            run = lambda kernel: lambda: gpu.prefill_attention(q, k, v, k_pool, v_pool, k_idx, v_idx,  # noqa: E731
+                                                               prefix, kernel=kernel)
+            err = rel_err(run("cuda")()[0], run("triton")()[0])
+            tri, cud = timeit(run("triton"), iters=20), timeit(run("cuda"), iters=20)
+            auto = "cuda" if (gpu.cuda_prefix_fills(q, k_pool, v_pool, k_idx, prefix)
+                              and t * prefix >= gpu.CUDA_PREFIX_MIN_PAIRS) else "triton"
+            print(f"| {prefix} | {t} | {gpu.cp.ctas(t, H_Q, H_KV)} | {tri:.3f} | {cud:.3f} | {tri / cud:.2f}x | "
+                  f"{err:.1e} | {auto} |", flush=True)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--tokens", type=int, default=32768)
@@ -352,6 +398,9 @@ def main(argv=None):
                     "--tokens prefix (0: skip)")
     ap.add_argument("--densify-chunks", default="", help="also time chunks of these many tokens (a list) after a "
                     "--tokens 2:4 prefix, densify off vs on")
+    ap.add_argument("--cuda-prefix-chunks", default="", help="also time chunks of these many tokens (a list) after a "
+                    "2:4 prefix (of --tokens, or each of --cuda-prefixes), Triton alone vs the prefix on the CUDA kernel")
+    ap.add_argument("--cuda-prefixes", default="", help="the prefix lengths of --cuda-prefix-chunks (a list)")
     ap.add_argument("--prebuild", action="store_true")
     ap.add_argument("--workers", type=int, default=min(16, os.cpu_count() or 1))
     a = ap.parse_args(argv)
@@ -371,6 +420,9 @@ def main(argv=None):
         bench_question(a.tokens, a.question)
     if a.densify_chunks:
         bench_densify(a.tokens, [int(x) for x in a.densify_chunks.split(",")])
+    if a.cuda_prefix_chunks:
+        bench_cuda_prefix([int(x) for x in (a.cuda_prefixes or str(a.tokens)).split(",")],
+                          [int(x) for x in a.cuda_prefix_chunks.split(",")])
 
 
 if __name__ == "__main__":

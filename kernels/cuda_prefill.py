@@ -30,6 +30,7 @@ from .format import BLOCK_SIZE
 SOURCE = Path(os.environ.get("HS_CUDA_PREFILL_SOURCE") or Path(__file__).with_name("cuda") / "prefill_sp.cu")
 HEAD_DIM = 128
 ROWS = 64  # query rows per consumer warpgroup: 64 / G tokens x the G query heads of one KV head
+CONSUMERS = 3  # consumer warpgroups per CTA (the source's HS_CONSUMERS)
 # Scores more than about 24 (log2) below a row's largest add nothing a bf16 output keeps, and a row's sum of
 # exponentials is at most 2^24 (keys) times its largest. So a sum of at least 2^-(126 - 24 - 24) keeps every
 # score that counts in range.
@@ -65,6 +66,12 @@ def library(group: int, defines: tuple[str, ...] = ()) -> ctypes.CDLL:
 
 
 @functools.lru_cache(maxsize=None)
+def resident(group: int, k_dense: bool = False) -> int:
+    """CTAs of the attention kernel per SM (the occupancy calculator on the ``group`` build)."""
+    return max(1, library(group).hs_prefill_sp_resident(int(k_dense)))
+
+
+@functools.lru_cache(maxsize=None)
 def built(group: int) -> bool:
     """``available()`` and the library for ``group`` builds and loads here; a failed build is reported once."""
     if not available():
@@ -75,6 +82,13 @@ def built(group: int) -> bool:
         warnings.warn(f"the CUDA prefill kernel does not build here, another path is used: {e}", stacklevel=2)
         return False
     return True
+
+
+def ctas(t: int, h_q: int, h_kv: int) -> int:
+    """CTAs of one attention launch for ``t`` query tokens: ``ROWS`` rows (tokens x query heads of one KV head) per
+    consumer, ``CONSUMERS`` consumers per CTA, one CTA column per KV head."""
+    tokens = CONSUMERS * ROWS // (h_q // h_kv)
+    return -(-t // tokens) * h_kv
 
 
 class SparseBlocks(NamedTuple):
@@ -116,12 +130,19 @@ def attend(q: torch.Tensor, k: SparseBlocks | torch.Tensor, v: SparseBlocks, sca
     v = v._replace(index=v.index.contiguous())
     work = torch.empty(h_kv + 1, dtype=torch.int32, device=q.device)
     launch(q, k, v, work, scale, q_pos0, out, lse, defines)
-    refused, lost = torch.stack((work[h_kv], lse.isnan().any())).tolist()  # the call's one host sync
+    settle(q, k, v, work, scale, q_pos0, out, lse, fallback)
+    return out, lse
+
+
+def settle(q, k: SparseBlocks | torch.Tensor, v: SparseBlocks, work, scale: float, q_pos0: int | None,
+           out: torch.Tensor, lse: torch.Tensor, fallback: bool = True) -> None:
+    """``launch``'s results made final, with one host sync: ValueError where it refused an index entry; ``fallback``:
+    the rows it marked with a NaN ``lse`` recomputed (``exact_rows``)."""
+    refused, lost = torch.stack((work[-1], lse.isnan().any())).tolist()
     if refused:
         raise ValueError("every index entry must name a 2:4 slot of its pool (~slot, inside the pool)")
     if fallback and lost:
         exact_rows(q, lse.isnan().nonzero(), k, v, scale, q_pos0, out, lse)
-    return out, lse
 
 
 def launch(q, k: SparseBlocks | torch.Tensor, v: SparseBlocks, work, scale: float, q_pos0: int | None,

@@ -26,6 +26,7 @@ import torch
 
 from . import attention as _ref
 from . import cuda_decode as cd
+from . import cuda_prefill as cp
 from .compressor import compress_blocks
 from .format import BLOCK_SIZE, META_DTYPE, check_blocks, check_operand, sparse_shapes
 from .pool import BlockPool
@@ -34,7 +35,7 @@ from .pruner import block_loss, element_mask
 _DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
 _HEAD_DIMS = (64, 128, 256)
 _MAX_GROUP = 64
-DECODE_KERNELS = ("auto", "triton", "cuda")
+DECODE_KERNELS = PREFILL_KERNELS = ("auto", "triton", "cuda")
 
 
 def _gpu_allowed() -> bool:
@@ -213,15 +214,20 @@ def _combine(q, o_part, lse_part, splits: int, dependent: bool = False):
 
 
 def _merge_splits(o_part, lse_part, out, lse, dependent: bool = False) -> None:
-    """``triton_decode.combine_kernel`` over partials ``[R1, R2, splits, D]`` / ``[R1, R2, splits]`` into
-    ``out [R1, R2, D]`` / ``lse [R1, R2]`` (decode: sequences x heads; prefill: tokens x heads). ``dependent``: a
-    programmatic dependent launch of the kernel just launched (sm_90: griddepcontrol)."""
+    """``triton_decode.combine_kernel`` over partials ``[R1, R2, splits, D]`` / ``[R1, R2, splits]`` (any split stride;
+    R1 and R2 flatten to one row index, D unit-strided) into ``out [R1, R2, D]`` / ``lse [R1, R2]`` (decode: sequences
+    x heads; prefill: tokens x heads). ``dependent``: a programmatic dependent launch of the kernel just launched
+    (sm_90: griddepcontrol)."""
     from . import triton_decode as td
 
     splits, d = o_part.shape[-2:]
+    rows = out.shape[0] * out.shape[1]
+    if o_part.stride(0) != o_part.shape[1] * o_part.stride(1) or o_part.stride(3) != 1 or (
+            lse_part.stride(0) != lse_part.shape[1] * lse_part.stride(1)):
+        raise ValueError("partials must flatten to [rows, splits, D] with D unit-strided")
     pdl = {"launch_pdl": True, "DEPENDENT": True} if dependent else {}
-    td.combine_kernel[(out.shape[0] * out.shape[1],)](o_part, lse_part, out, lse, splits, D=d,
-                                                      SPLITS_P2=_next_pow2(splits), **pdl)
+    td.combine_kernel[(rows,)](o_part, lse_part, out, lse, splits, o_part.stride(1), o_part.stride(2),
+                               lse_part.stride(1), lse_part.stride(2), D=d, SPLITS_P2=_next_pow2(splits), **pdl)
 
 
 def triton_decode(q, k_pool, v_pool, k_index, v_index, seq_lens, scale: float, splits: int,
@@ -323,18 +329,102 @@ def prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                       prefix_len: int, sm_scale: float | None = None, block_m: int | None = None,
                       num_warps: int | None = None, num_stages: int | None = None, select: bool = False,
                       chunk_n: int | None = None, heads: int | None = None, densify: bool | None = None,
-                      prefix_n: int | None = None, tma: bool | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """``hs_kernels.attention.prefill_attention`` on the Triton kernel (``triton_prefill``) where
-    supported (CUDA float16/bfloat16, head_dim 64/128/256), else the reference. ``block_m`` (query
-    rows per program, 64 or 128), ``num_warps``, ``num_stages``, ``select``, ``chunk_n``, ``heads``,
-    ``densify``, ``prefix_n`` and ``tma`` are launch options (``triton_prefill``; defaults: ``prefill_launch``).
-    No bounds check of the used index entries against the pools on the GPU path (the reference raises)."""
+                      prefix_n: int | None = None, tma: bool | None = None,
+                      kernel: str = "auto") -> tuple[torch.Tensor, torch.Tensor]:
+    """``hs_kernels.attention.prefill_attention`` on the GPU kernels where supported (CUDA float16/bfloat16,
+    head_dim 64/128/256), else the reference.
+
+    ``kernel``: "triton", the Triton kernel (``triton_prefill``) over the whole prefix; "cuda", the prefix blocks
+    that are 2:4 in K and V for every KV head on the sparse tensor cores (``cuda_prefill``, no mask: every query
+    sees them), the chunk and the other prefix blocks on the Triton kernel, the two merged by log-sum-exp
+    (``cuda_prefix_prefill``; raises ValueError where ``cuda_prefill.supports`` refuses the queries or no such block
+    exists); "auto", "cuda" where the chunk fills the GPU with the kernel's CTAs (``cuda_prefix_fills``) and the
+    query tokens x keys of such blocks reach ``CUDA_PREFIX_MIN_PAIRS``, else "triton". ``block_m``, ``num_warps``,
+    ``num_stages``, ``select``, ``chunk_n``, ``heads``, ``densify``, ``prefix_n`` and ``tma`` are the Triton
+    kernel's launch options (``triton_prefill``; defaults: ``prefill_launch``).
+    No bounds check of the used index entries against the pools on the Triton path (the reference and the CUDA
+    kernel raise)."""
+    if kernel not in PREFILL_KERNELS:
+        raise ValueError(f"kernel must be one of {', '.join(PREFILL_KERNELS)}, got {kernel!r}")
     if not prefill_supported(q, k, k_pool, v_pool):
         return _ref.prefill_attention(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len, sm_scale)
     _ref._check_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len)
-    return triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len, _ref._scale(sm_scale, q),
-                          block_m, num_warps, num_stages, select, chunk_n=chunk_n, heads=heads, densify=densify,
-                          prefix_n=prefix_n, tma=tma)
+    scale = _ref._scale(sm_scale, q)
+    options = dict(block_m=block_m, num_warps=num_warps, num_stages=num_stages, select=select, chunk_n=chunk_n,
+                   heads=heads, densify=densify, prefix_n=prefix_n, tma=tma)
+    if kernel == "cuda" and not cuda_prefix_supported(q, k_pool, v_pool, k_index, prefix_len):
+        raise ValueError("kernel='cuda' needs bf16 queries of head_dim 128 with a GQA ratio dividing "
+                         f"{cp.ROWS} on sm_90 with nvcc, 2:4 slots in both pools and a full prefix block")
+    if kernel == "cuda" or (kernel == "auto" and cuda_prefix_fills(q, k_pool, v_pool, k_index, prefix_len)):
+        sparse, rest = cuda_prefix_blocks(k_index, v_index, prefix_len)
+        if len(sparse) and (kernel == "cuda" or q.shape[0] * BLOCK_SIZE * len(sparse) >= CUDA_PREFIX_MIN_PAIRS):
+            return cuda_prefix_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len, scale, sparse, rest,
+                                       **options)
+        if kernel == "cuda":
+            raise ValueError("kernel='cuda' found no prefix block that is 2:4 in K and V for every KV head")
+    return triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len, scale, **options)
+
+
+# "auto" takes the CUDA prefix path from these (to measure): waves of the kernel's CTAs (each walks the whole prefix, so
+# a chunk of fewer leaves SMs idle where the Triton kernel splits the prefix among programs), and query tokens x keys of
+# 2:4 prefix blocks (the part's gain grows with them, its host syncs and merge cost about the same)
+CUDA_PREFIX_MIN_WAVES = 2
+CUDA_PREFIX_MIN_PAIRS = 1 << 26
+
+
+def cuda_prefix_supported(q: torch.Tensor, k_pool: BlockPool, v_pool: BlockPool, k_index: torch.Tensor,
+                          prefix_len: int) -> bool:
+    """Whether the CUDA prefill can take prefix blocks here (no host sync): ``cuda_prefill.supports`` the queries,
+    it builds, both pools hold 2:4 slots and the prefix has a full block."""
+    h_kv = k_index.shape[0]
+    return (_gpu_allowed() and prefix_len >= BLOCK_SIZE and k_pool.values.shape[0] > 0 and v_pool.values.shape[0] > 0
+            and cp.supports(q, h_kv) and cp.built(q.shape[1] // h_kv))
+
+
+def cuda_prefix_fills(q: torch.Tensor, k_pool: BlockPool, v_pool: BlockPool, k_index: torch.Tensor,
+                      prefix_len: int) -> bool:
+    """The part of the "auto" rule known without a host sync: ``cuda_prefix_supported``, ``CUDA_PREFIX_MIN_WAVES``
+    waves of the kernel's CTAs, and ``CUDA_PREFIX_MIN_PAIRS`` query tokens x full prefix keys."""
+    t, h_q, _ = q.shape
+    h_kv = k_index.shape[0]
+    return (t * BLOCK_SIZE * (prefix_len // BLOCK_SIZE) >= CUDA_PREFIX_MIN_PAIRS
+            and cuda_prefix_supported(q, k_pool, v_pool, k_index, prefix_len)
+            and cp.ctas(t, h_q, h_kv) >= CUDA_PREFIX_MIN_WAVES * _sm_count(q.device) * cp.resident(h_q // h_kv))
+
+
+def cuda_prefix_blocks(k_index: torch.Tensor, v_index: torch.Tensor, prefix_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(sparse, rest)``: the positions of the prefix's full blocks that are 2:4 in K and V for every KV head, and
+    the prefix's other blocks (the partial last one among them), each ascending; one host sync."""
+    full, used = prefix_len // BLOCK_SIZE, -(-prefix_len // BLOCK_SIZE)
+    both = ((k_index[:, :full] < 0) & (v_index[:, :full] < 0)).all(0)
+    order = torch.argsort(both.to(torch.int8), stable=True)  # the other blocks first, then the 2:4 ones
+    n = int(both.sum())
+    tail = torch.arange(full, used, device=k_index.device)
+    return order[full - n:], torch.cat((order[:full - n], tail))
+
+
+def cuda_prefix_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len: int, scale: float,
+                        sparse: torch.Tensor, rest: torch.Tensor, **options) -> tuple[torch.Tensor, torch.Tensor]:
+    """``prefill_attention`` on checked inputs as two parts merged by log-sum-exp: the prefix blocks at ``sparse``
+    (2:4 in K and V for every KV head, ``cuda_prefix_blocks``) by the CUDA kernel without a mask, and the chunk after
+    the prefix blocks at ``rest`` (ascending; the partial last block, if any, last) by the Triton kernel with
+    ``options``. Raises ValueError where an entry at ``sparse`` is not a slot of its pool."""
+    t, h_q, d = q.shape
+    part_out = torch.empty(2, t, h_q, d, dtype=q.dtype, device=q.device)
+    part_lse = torch.empty(2, t, h_q, dtype=torch.float32, device=q.device)
+    keys = cp.SparseBlocks(k_pool.values, k_pool.meta, k_index[:, sparse].contiguous())
+    values = cp.SparseBlocks(v_pool.values, v_pool.meta, v_index[:, sparse].contiguous())
+    work = torch.empty(k_index.shape[0] + 1, dtype=torch.int32, device=q.device)
+    q = q.contiguous()
+    # the CUDA part is launched first, the Triton part's host work (much Python) then runs while the GPU is busy
+    cp.launch(q, keys, values, work, scale, None, part_out[0], part_lse[0])
+    triton_prefill(q, k, v, k_pool, v_pool, k_index[:, rest], v_index[:, rest], prefix_len - BLOCK_SIZE * len(sparse),
+                   scale, out=part_out[1], lse=part_lse[1], **options)
+    cp.settle(q, keys, values, work, scale, None, part_out[0], part_lse[0])
+    out = torch.empty_like(q)
+    lse = torch.empty(t, h_q, dtype=torch.float32, device=q.device)
+    _merge_splits(part_out.permute(1, 2, 0, 3), part_lse.permute(1, 2, 0), out, lse)
+    return out, lse
 
 
 def prefill_compressed_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, chunk,
@@ -346,7 +436,6 @@ def prefill_compressed_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
     ``cuda_prefill.supports`` the queries (bf16, head_dim 128, GQA ratio dividing 64, sm_90), else the TileLang kernel
     where importable, else the oracle.
     Returns ``out [T, H_q, D]`` (q's dtype) and ``lse [T, H_q]`` (float32)."""
-    from . import cuda_prefill
     from .chunk_blocks import chunk_as_dense
 
     pools = [BlockPool.allocate(op, q.shape[-1], 0, 0, q.dtype, q.device) for op in ("k", "v")]
@@ -354,10 +443,10 @@ def prefill_compressed_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
     _ref._check_prefill(q, k, v, *pools, empty, empty, 0)
     h_kv = k.shape[1]
     if (_gpu_allowed() and chunk.v_mode == "sparse" and chunk.k_mode in ("sparse", "dense")
-            and cuda_prefill.supports(q, h_kv) and cuda_prefill.built(q.shape[1] // h_kv)):
-        keys = k if chunk.k_mode == "dense" else cuda_prefill.SparseBlocks(chunk.k_vals, chunk.k_meta, chunk.k_index)
-        values = cuda_prefill.SparseBlocks(chunk.v_vals, chunk.v_meta, chunk.v_index)
-        return cuda_prefill.attend(q, keys, values, _ref._scale(sm_scale, q), q_pos0=0)
+            and cp.supports(q, h_kv) and cp.built(q.shape[1] // h_kv)):
+        keys = k if chunk.k_mode == "dense" else cp.SparseBlocks(chunk.k_vals, chunk.k_meta, chunk.k_index)
+        values = cp.SparseBlocks(chunk.v_vals, chunk.v_meta, chunk.v_index)
+        return cp.attend(q, keys, values, _ref._scale(sm_scale, q), q_pos0=0)
     if tilelang_available() and q.is_cuda:
         from . import tl_prefill
 

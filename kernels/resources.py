@@ -105,7 +105,8 @@ def variants() -> list[Variant]:
         for dependent in (False, True):  # the CUDA decode's combine on sm_90 is a programmatic dependent
             out.append(Variant(f"combine d{d}{' dependent' if dependent else ''}", "triton_decode", "combine_kernel",
                                {"o_part": "*fp32", "lse_part": "*fp32", "out": "*bf16", "lse_out": "*fp32",
-                                "splits": "i32"}, dict(D=d, SPLITS_P2=32, DEPENDENT=dependent), 4))  # default launch
+                                "splits": "i32", "o_row": "i32", "o_split": "i32", "l_row": "i32", "l_split": "i32"},
+                               dict(D=d, SPLITS_P2=32, DEPENDENT=dependent), 4))  # default launch
         for block_m in (64, 128):  # a short call's rows, and a chunk's (the launcher's cap)
             out.append(Variant(f"stream d{d} rows {block_m}", "triton_stream", "stream_kernel", _stream_types(),
                                dict(H_KV=8, G=4, D=d, BLOCK_M=block_m), stream_warps, stream_stages))

@@ -83,21 +83,23 @@ def decode_kernel(q_ptr, k_dense, k_vals, k_meta, v_dense, v_vals, v_meta, k_ind
 
 
 @triton.jit(do_not_specialize=["splits"])
-def combine_kernel(o_part, lse_part, out, lse_out, splits, D: tl.constexpr, SPLITS_P2: tl.constexpr,
-                   DEPENDENT: tl.constexpr = False):
-    """Program per (seq, query head): log-sum-exp merge of its ``splits`` partial results. ``DEPENDENT``: launched
-    as a programmatic dependent of the kernel that writes the partials (sm_90), so it waits for that grid here."""
+def combine_kernel(o_part, lse_part, out, lse_out, splits, o_row, o_split, l_row, l_split, D: tl.constexpr,
+                   SPLITS_P2: tl.constexpr, DEPENDENT: tl.constexpr = False):
+    """Program per (seq, query head): log-sum-exp merge of its ``splits`` partial results, split ``s`` of row ``r`` at
+    ``o_part + r o_row + s o_split`` (``lse_part`` likewise). ``DEPENDENT``: launched as a programmatic dependent of
+    the kernel that writes the partials (sm_90), so it waits for that grid here."""
     if DEPENDENT:
         gdc_wait()
     row = tl.program_id(0).to(tl.int64)
     s = tl.arange(0, SPLITS_P2)
     cols = tl.arange(0, D)
-    lse = tl.load(lse_part + row * splits + s, mask=s < splits, other=float("-inf"))
+    lse = tl.load(lse_part + row * l_row + s * l_split, mask=s < splits, other=float("-inf"))
     m = tl.max(lse, 0)
     m_safe = tl.where(m == float("-inf"), 0.0, m)
     w = tl.exp(lse - m_safe)
     total = tl.sum(w, 0)
-    o = tl.load(o_part + (row * splits + s)[:, None] * D + cols[None, :], mask=(s < splits)[:, None], other=0.0)
+    o = tl.load(o_part + row * o_row + (s.to(tl.int64) * o_split)[:, None] + cols[None, :], mask=(s < splits)[:, None],
+                other=0.0)
     res = tl.sum(w[:, None] * o, 0) / tl.where(total > 0, total, 1.0)
     tl.store(out + row * D + cols, res.to(out.dtype.element_ty))
     tl.store(lse_out + row, tl.where(total > 0, m_safe + tl.log(total), float("-inf")))

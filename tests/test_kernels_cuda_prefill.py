@@ -68,3 +68,24 @@ def test_kernel_builds_for_hopper(group, tmp_path):
     so = nvcc.library(cuda_prefill.SOURCE, "sm_90a", (f"HS_G={group}",), tmp_path)
     assert so.exists() and so.stat().st_size > 0 and list(tmp_path.iterdir()) == [so]
     assert nvcc.library(cuda_prefill.SOURCE, "sm_90a", (f"HS_G={group}",), tmp_path) == so
+
+
+def test_prefix_blocks_split_by_kind():
+    """The full prefix blocks 2:4 in K and V for every KV head go to the kernel; the others, the partial last block
+    among them, stay in order for the Triton kernel."""
+    k_index = ~torch.arange(14, dtype=torch.int32).view(2, 7)
+    v_index = ~torch.arange(14, dtype=torch.int32).view(2, 7)
+    k_index[1, 2] = 0  # a dense entry in one head
+    v_index[0, 4] = 3
+    sparse, rest = gpu.cuda_prefix_blocks(k_index, v_index, 64 * 6 + 5)
+    assert sparse.tolist() == [0, 1, 3, 5] and rest.tolist() == [2, 4, 6]
+    sparse, rest = gpu.cuda_prefix_blocks(k_index, v_index, 64 * 6)
+    assert sparse.tolist() == [0, 1, 3, 5] and rest.tolist() == [2, 4]
+    sparse, rest = gpu.cuda_prefix_blocks(k_index, v_index, 63)
+    assert sparse.tolist() == [] and rest.tolist() == [0]
+
+
+def test_ctas_per_launch():
+    assert cuda_prefill.ctas(8192, 32, 8) == 171 * 8  # 48 tokens of 4 heads per CTA
+    assert cuda_prefill.ctas(1, 16, 16) == 16
+    assert cuda_prefill.ctas(193, 64, 1) == 65  # G 64: one token per consumer, three per CTA

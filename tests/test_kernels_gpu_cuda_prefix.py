@@ -1,0 +1,90 @@
+"""GPU: ``hs_kernels.prefill_attention`` with a cached prefix whose 2:4 blocks go to the CUDA kernel on the sparse
+tensor cores (``gpu.cuda_prefix_prefill``: those blocks without a mask, the chunk and the other prefix blocks on the
+Triton kernel, merged by log-sum-exp) vs the float32 reference. Fresh random inputs every run (``prefill_inputs``:
+slots shuffled, NaN past the prefix in its last block)."""
+
+import pytest
+import torch
+from kv_cases import prefill_inputs, rel_err
+
+import hs_kernels
+from hs_kernels import attention as ref
+from hs_kernels import cuda_prefill, gpu
+from hs_kernels.pool import BlockPool
+from hs_kernels.pruner import element_mask
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not (cuda_prefill.available() and gpu.triton_available()), reason="needs nvcc, triton, sm_90"),
+]
+
+CASES = [
+    # (h_q, h_kv, T, prefix_len, p_k, p_v): p the chance that a (head, block) of the prefix is 2:4
+    (32, 8, 300, 3000, 1.0, 1.0),    # every full block to the kernel, the partial last to Triton
+    (32, 8, 1100, 4096, 1.0, 1.0),   # no partial block: Triton sees the chunk alone
+    (4, 1, 200, 3000, 0.5, 0.5),     # one KV head: a quarter of the blocks to the kernel, the rest mixed
+    (8, 2, 77, 2000, 1.0, 0.5),      # G 4, K all 2:4, V mixed
+    (16, 16, 150, 1500, 1.0, 1.0),   # G 1
+    (16, 8, 64, 700, 1.0, 1.0),      # G 2
+    (64, 8, 40, 900, 1.0, 1.0),      # G 8
+    (16, 1, 33, 640, 1.0, 1.0),      # G 16
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "hq{}-hkv{}-t{}-p{}-k{}-v{}".format(*c))
+def test_cuda_prefix_matches_the_reference(case):
+    h_q, h_kv, t, prefix_len, p_k, p_v = case
+    k_pool, v_pool, k_index, v_index, q, k, v, scale = prefill_inputs(h_q, h_kv, 128, torch.bfloat16, t, prefix_len,
+                                                                      p_k, p_v)
+    sparse, rest = gpu.cuda_prefix_blocks(k_index, v_index, prefix_len)
+    assert len(sparse) > 0
+    out, lse = gpu.prefill_attention(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len, scale, kernel="cuda")
+    o_ref, l_ref = ref.prefill_attention(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len, scale)
+    assert not out.isnan().any() and not lse.isnan().any()
+    assert out.dtype == torch.bfloat16 and lse.dtype == torch.float32
+    assert rel_err(out, o_ref) < 1e-2
+    assert (lse - l_ref).abs().max().item() < 1e-2 * max(1.0, l_ref.abs().max().item())
+
+
+def test_auto_takes_the_kernel_for_long_chunks_after_long_prefixes(monkeypatch):
+    """"auto": the CUDA path for a chunk whose CTAs fill the SMs ``gpu.CUDA_PREFIX_MIN_WAVES`` times after a 2:4 prefix
+    of ``gpu.CUDA_PREFIX_MIN_PAIRS`` query x key pairs; the Triton kernel alone for a short question (it splits the
+    prefix among programs), a shorter prefix, a dense prefix or float16."""
+    calls = []
+    split = gpu.cuda_prefix_prefill
+    monkeypatch.setattr(gpu, "cuda_prefix_prefill", lambda *a, **kw: calls.append(1) or split(*a, **kw))
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    t = 48 * -(-gpu.CUDA_PREFIX_MIN_WAVES * sms * cuda_prefill.resident(4) // 8)  # 48 tokens of 4 heads per CTA
+    prefix = 64 * -(-gpu.CUDA_PREFIX_MIN_PAIRS // (64 * t))
+    for t_, p_, s, dtype, expect in ((t, prefix, 1.0, torch.bfloat16, [1]), (t - 48, prefix, 1.0, torch.bfloat16, []),
+                                     (t, prefix - 64, 1.0, torch.bfloat16, []), (t, prefix, 0.0, torch.bfloat16, []),
+                                     (t, prefix, 1.0, torch.float16, [])):
+        calls.clear()
+        k_pool, v_pool, k_index, v_index, q, k, v, scale = prefill_inputs(32, 8, 128, dtype, t_, p_, s, s)
+        out, _ = hs_kernels.prefill_attention(q, k, v, k_pool, v_pool, k_index, v_index, p_, scale)
+        assert calls == expect, (t_, p_, s, dtype)
+        o_ref, _ = ref.prefill_attention(q, k, v, k_pool, v_pool, k_index, v_index, p_, scale)
+        assert rel_err(out, o_ref) < 1e-2
+
+
+def test_cuda_refuses_what_it_cannot_run():
+    blocks = torch.randn(8, 16, 64, 128, device="cuda").to(torch.bfloat16)
+    sparse = torch.ones(8, 16, dtype=torch.bool, device="cuda")
+    k_pool, k_index = BlockPool.holding("k", blocks, sparse.logical_and(torch.arange(8, device="cuda")[:, None] > 0),
+                                        element_mask(blocks, "k"))  # KV head 0's keys dense
+    v_pool, v_index = BlockPool.holding("v", blocks, sparse, element_mask(blocks, "v"))
+    q, k, v = (torch.randn(2048, h, 128, device="cuda").to(torch.bfloat16) for h in (32, 8, 8))
+    with pytest.raises(ValueError, match="no prefix block"):
+        gpu.prefill_attention(q, k, v, k_pool, v_pool, k_index, v_index, 1024, kernel="cuda")
+    out, _ = gpu.prefill_attention(q, k, v, k_pool, v_pool, k_index, v_index, 1024)  # "auto": the Triton kernel
+    o_ref, _ = ref.prefill_attention(q, k, v, k_pool, v_pool, k_index, v_index, 1024)
+    assert rel_err(out, o_ref) < 1e-2
+    k_pool, v_pool, k_index, v_index, q, k, v, scale = prefill_inputs(32, 8, 128, torch.float16, 64, 1000, 1.0, 1.0)
+    with pytest.raises(ValueError, match="needs bf16"):
+        gpu.prefill_attention(q, k, v, k_pool, v_pool, k_index, v_index, 1000, scale, kernel="cuda")
+    k_pool, v_pool, k_index, v_index, q, k, v, scale = prefill_inputs(32, 8, 128, torch.bfloat16, 64, 1000, 1.0, 1.0)
+    k_index[3, 2] = ~torch.tensor(k_pool.values.shape[0], dtype=torch.int32)  # a 2:4 slot past the pool
+    with pytest.raises(ValueError, match="2:4 slot"):
+        gpu.prefill_attention(q, k, v, k_pool, v_pool, k_index, v_index, 1000, scale, kernel="cuda")
+    with pytest.raises(ValueError, match="kernel must be"):
+        gpu.prefill_attention(q, k, v, k_pool, v_pool, k_index, v_index, 1000, scale, kernel="tilelang")
