@@ -37,8 +37,10 @@ KNOWN_SPILLS = {"stream d128 rows 128": 612, "stream d256 rows 64": 700, "stream
                 # registers, no spill)
                 "prefill d128 one shot": 96,
                 # fourteenth session: the CUDA Trans-Both prefill at 160 registers per consumer thread (setmaxnreg);
-                # GQA 4 measured on the H200 as it is (kernels/BENCHMARKS.md), GQA 1 tested, not timed
-                "cuda prefill G4 K sparse": 8, "cuda prefill G1 K sparse": 116, "cuda prefill G1 K dense": 64}
+                # GQA 4 measured on the H200 as it is (kernels/BENCHMARKS.md), GQA 1 tested, not timed; fifteenth
+                # session, dense keys with Q's fragments in registers: one reload per block at GQA 8 and above
+                "cuda prefill G4 K sparse": 8, "cuda prefill G1 K sparse": 116, "cuda prefill G1 K dense": 12,
+                "cuda prefill G8 K dense": 16, "cuda prefill G16 K dense": 16, "cuda prefill G64 K dense": 16}
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,9 @@
 // or before it). Driven by hs_kernels.cuda_prefill (the static offsets, the underflow fallback).
 //   S^T [64 keys, 64 rows] = K . Q^T       A = the K block's values [64, 64] (2:4 along d), 4 x wgmma.sp m64n64k32
 //   O^T [128, 64 rows]   += V^T . P^T      A = the V block's values [128, 32] (2:4 along keys), 2 x 2 x m64n64k32
+// Dense keys (K_DENSE) take S = Q . K^T instead, A = Q's fragments held in registers, B = the K block, 8 x wgmma
+// m64n64k16: a block then reads 16 KB less shared memory per consumer (Q^T is not read as a B operand), and P is
+// stored as it is (stmatrix) into the same [rows, keys] layout that P^T's transposed stores give.
 // A CTA is HS_CONSUMERS (3) consumer warpgroups, each with its own 64 rows (64 / G tokens x the G = HS_G query heads
 // of one KV head; d 128, bf16), and one producer warpgroup that stages each block (K and V values,
 // 128B-swizzled / core matrices, and their metadata) by TMA into a ring of STAGES stages shared by the consumers,
@@ -111,6 +114,24 @@ __device__ __forceinline__ void wgmma_dense(float (&d)[32], uint64_t a, uint64_t
                      : HS_OUT32(HS_SET) : "l"(a), "l"(b));
 }
 
+// D (+)= A . B, dense, m64n64k16, A from registers (this warp's 16 rows x 16 k as ldmatrix gives them); ACC as
+// wgmma_sp's
+template <bool ACC = true>
+__device__ __forceinline__ void wgmma_dense_ra(float (&d)[32], const uint32_t (&a)[4], uint64_t b) {
+    if constexpr (ACC)
+        asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " HS_D32 ", {%32, %33, %34, %35}, %36, 1, 1, 1, 0;"
+                     : HS_OUT32(HS_ACC) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+    else
+        asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " HS_D32 ", {%32, %33, %34, %35}, %36, 0, 1, 1, 0;"
+                     : HS_OUT32(HS_SET) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+}
+
+// four 8 x 8 bf16 pieces from the rows whose addresses lanes 8 i .. 8 i + 7 give, piece i into r[i]
+__device__ __forceinline__ void ldmatrix(uint32_t (&r)[4], uint32_t addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+
 // 2^x flushed to 0 below 2^-126: one MUFU.EX2 (exp2f adds a range fix-up of four instructions per element)
 __device__ __forceinline__ float exp2_ftz(float x) {
     float y;
@@ -129,6 +150,11 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
 // four 8 x 8 bf16 pieces, each stored transposed at the rows whose addresses lanes 8 i .. 8 i + 7 give
 __device__ __forceinline__ void stmatrix_trans(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
     asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(r0), "r"(r1),
+                 "r"(r2), "r"(r3) : "memory");
+}
+// the same, not transposed
+__device__ __forceinline__ void stmatrix(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(r0), "r"(r1),
                  "r"(r2), "r"(r3) : "memory");
 }
 
@@ -303,17 +329,30 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
     const int diag = causal ? (q_pos0 + token0) / BS : nbc;  // from this block on, some keys follow some tokens
     const uint32_t q_a = sbase + Q_OFF + wg * Q_BYTES, p_a = sbase + P_OFF + wg * P_BYTES;
     float* red = reinterpret_cast<float*>(smem + L::RED_OFF) + wg * 4 * ROWS;  // [4 warps][64 rows]
-    // this lane's row address of P^T's stores (lanes 8 i .. 8 i + 7 give the rows of piece i: keys 16 w + 8 (i % 2),
-    // rows 8 (i / 2) + lane % 8 of each 16-row group)
-    const int st_row = 8 * (lane / 16) + lane % 8, st_chunk = 2 * w + (lane / 8) % 2;
-    const uint32_t p_store = p_a + st_row * 128 + ((st_chunk ^ (st_row % 8)) * 16);
 
     // fragments (m64n64): element 4 j + i is row 16 w + g (+ 8 for i >= 2), column 8 j + 2 t + i % 2
-    float o[2][32] = {}, m[16], l[16];
+    // 2:4 keys: S^T = K . Q^T (columns: rows), each thread's 16 rows' offsets and sums; dense keys: S = Q . K^T with
+    // Q from registers (no shared-memory read of Q per block), the offsets and sums of its two rows
+    constexpr int NR = K_DENSE ? 2 : 16;
+    float o[2][32] = {}, m[NR], l[NR];
     #pragma unroll
-    for (int c = 0; c < 16; c++) {
-        m[c] = red[8 * (c / 2) + 2 * t + c % 2];
+    for (int c = 0; c < NR; c++) {
+        m[c] = red[K_DENSE ? 16 * w + g + 8 * c : 8 * (c / 2) + 2 * t + c % 2];
         l[c] = 0.f;
+    }
+    // this lane's row address of P's stores (2:4 keys: lanes 8 i .. 8 i + 7 give the rows of piece i: keys 16 w + 8 (i %
+    // 2), rows 8 (i / 2) + lane % 8 of each 16-row group, stored transposed; dense keys: rows 16 w + 8 (i % 2) + lane %
+    // 8, keys 8 (2 n + i / 2) for the n-th store, its 16-byte unit swizzled by the row)
+    const int st_row = K_DENSE ? 16 * w + 8 * ((lane / 8) % 2) + lane % 8 : 8 * (lane / 16) + lane % 8;
+    const int st_chunk = K_DENSE ? lane / 16 : 2 * w + (lane / 8) % 2;
+    const uint32_t p_store = p_a + st_row * 128 + ((st_chunk ^ (st_row % 8)) * 16);
+    uint32_t qa[K_DENSE ? 8 : 1][4];  // dense keys: Q's A fragments, d 16 k .. 16 k + 15 in qa[k]
+    if constexpr (K_DENSE) {
+        #pragma unroll
+        for (int k = 0; k < 8; k++) {
+            const int row = 16 * w + 8 * ((lane / 8) % 2) + lane % 8, chunk = 2 * (k % 4) + lane / 16;
+            ldmatrix(qa[k], q_a + (k / 4) * ROWS * 128 + sw128(row, chunk));
+        }
     }
 
     // The 2:4 metadata operands are ordinary registers: one written while any wgmma is in flight makes ptxas
@@ -344,13 +383,12 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
 #else
         if constexpr (K_DENSE) {
             #pragma unroll
-            for (int k = 0; k < 8; k++) {  // d 16 k .. 16 k + 15, in atom k / 4 of K and of Q^T
-                const uint64_t a = desc(st + (k / 4) * BS * 128 + 32 * (k % 4), 16, 1024, 1);
-                const uint64_t b = desc(q_a + (k / 4) * ROWS * 128 + 32 * (k % 4), 16, 1024, 1);
+            for (int k = 0; k < 8; k++) {  // d 16 k .. 16 k + 15, in atom k / 4 of K
+                const uint64_t b = desc(st + (k / 4) * BS * 128 + 32 * (k % 4), 16, 1024, 1);
                 if (k == 0)
-                    wgmma_dense<false>(s, a, b);
+                    wgmma_dense_ra<false>(s, qa[k], b);
                 else
-                    wgmma_dense(s, a, b);
+                    wgmma_dense_ra(s, qa[k], b);
             }
         } else {
             #pragma unroll
@@ -368,17 +406,23 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
         wgmma_wait_all();  // also the previous block's PV: its stage is released, its P^T overwritten next
         if (j > 0) bar_arrive(empty + 8 * ((j - 1) % STAGES));
 
-        // P^T [64 rows, 64 keys] in one 128B-swizzled atom: the accumulator's 8 x 8 pieces (keys 16 w + 8 h + g,
-        // rows 8 j + 2 t, + 1) stored transposed by stmatrix, four per instruction
-        if (j >= diag) {  // a key after a row's token: key 64 j + 16 w + 8 h + g, the token of row 8 jj + 2 t + e
+        // P^T [64 rows, 64 keys] in one 128B-swizzled atom (the second GEMM's B operand): 2:4 keys, the accumulator's
+        // 8 x 8 pieces (keys 16 w + 8 h + g, rows 8 j + 2 t, + 1) stored transposed by stmatrix, four per
+        // instruction; dense keys, S's pieces (rows 16 w + 8 h + g, keys 8 j + 2 t, + 1) stored as they are
+        if (j >= diag) {
             #pragma unroll
             for (int jj = 0; jj < 8; jj++)
                 #pragma unroll
                 for (int h = 0; h < 2; h++) {
-                    if constexpr (G % 2 == 0) {  // rows 8 jj + 2 t and + 1: one token (a test per row spills)
+                    if constexpr (K_DENSE) {  // key 64 j + 8 jj + 2 t + e, row 16 w + 8 h + g
+                        #pragma unroll
+                        for (int e = 0; e < 2; e++)
+                            if (BS * j + 8 * jj + 2 * t + e > q_pos0 + token0 + (16 * w + 8 * h + g) / G)
+                                s[4 * jj + 2 * h + e] = -INFINITY;
+                    } else if constexpr (G % 2 == 0) {  // rows 8 jj + 2 t and + 1: one token (a test per row spills)
                         if (BS * j + 16 * w + 8 * h + g > q_pos0 + token0 + 8 * jj / G + (G <= 8 ? 2 * t / G : 0))
                             s[4 * jj + 2 * h] = s[4 * jj + 2 * h + 1] = -INFINITY;
-                    } else {
+                    } else {  // key 64 j + 16 w + 8 h + g, the token of row 8 jj + 2 t + e
                         #pragma unroll
                         for (int e = 0; e < 2; e++)
                             if (BS * j + 16 * w + 8 * h + g > q_pos0 + token0 + 8 * jj + 2 * t + e)
@@ -391,20 +435,24 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
         for (int jj = 0; jj < 8; jj++)
             #pragma unroll
             for (int h = 0; h < 2; h++) {
-                const int i = 4 * jj + 2 * h;
+                const int i = 4 * jj + 2 * h, r0 = K_DENSE ? h : 2 * jj, r1 = K_DENSE ? h : 2 * jj + 1;
 #ifdef HS_NO_EXP
-                const float p0 = s[i] * scale_log2 - m[2 * jj], p1 = s[i + 1] * scale_log2 - m[2 * jj + 1];
+                const float p0 = s[i] * scale_log2 - m[r0], p1 = s[i + 1] * scale_log2 - m[r1];
 #else
-                const float p0 = exp2_ftz(s[i] * scale_log2 - m[2 * jj]);
-                const float p1 = exp2_ftz(s[i + 1] * scale_log2 - m[2 * jj + 1]);
+                const float p0 = exp2_ftz(s[i] * scale_log2 - m[r0]);
+                const float p1 = exp2_ftz(s[i + 1] * scale_log2 - m[r1]);
 #endif
-                l[2 * jj] += p0;
-                l[2 * jj + 1] += p1;
+                l[r0] += p0;
+                l[r1] += p1;
                 pk[2 * jj + h] = pack_bf16(p0, p1);
             }
         #pragma unroll
-        for (int n = 0; n < 4; n++)  // rows 16 n + 8 (lane / 16) + lane % 8: n moves the address by 16 rows
-            stmatrix_trans(p_store + 2048 * n, pk[4 * n], pk[4 * n + 1], pk[4 * n + 2], pk[4 * n + 3]);
+        for (int n = 0; n < 4; n++) {
+            if constexpr (K_DENSE)  // keys 16 n + 8 (lane / 16): unit 2 n + lane / 16, swizzled by the row
+                stmatrix(p_store ^ (32 * n), pk[4 * n], pk[4 * n + 1], pk[4 * n + 2], pk[4 * n + 3]);
+            else  // rows 16 n + 8 (lane / 16) + lane % 8: n moves the address by 16 rows
+                stmatrix_trans(p_store + 2048 * n, pk[4 * n], pk[4 * n + 1], pk[4 * n + 2], pk[4 * n + 3]);
+        }
         uint32_t ev[2][2];
         #pragma unroll
         for (int mt = 0; mt < 2; mt++)
@@ -429,12 +477,15 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
     }
     wgmma_wait_all();
 
-    // l: this thread's keys -> all keys (lanes of a warp, then the warpgroup's four warps)
+    // l: this thread's keys -> all keys (2:4 keys: the lanes of a warp, then the warpgroup's four warps, in red[w][row];
+    // dense keys: the four lanes of a row, in red[1][row]); the offsets stay in red[0][row]
     #pragma unroll
-    for (int c = 0; c < 16; c++)
+    for (int c = 0; c < NR; c++)
         #pragma unroll
-        for (int o_ = 4; o_ < 32; o_ <<= 1) l[c] += __shfl_xor_sync(0xffffffffu, l[c], o_);
-    if (g == 0) {
+        for (int o_ = K_DENSE ? 1 : 4; o_ < (K_DENSE ? 4 : 32); o_ <<= 1) l[c] += __shfl_xor_sync(0xffffffffu, l[c], o_);
+    if constexpr (K_DENSE) {
+        if (t == 0) red[ROWS + 16 * w + g] = l[0], red[ROWS + 16 * w + g + 8] = l[1];
+    } else if (g == 0) {
         #pragma unroll
         for (int c = 0; c < 16; c++) red[w * ROWS + 8 * (c / 2) + 2 * t + c % 2] = l[c];
     }
@@ -442,7 +493,7 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
     #pragma unroll
     for (int c = 0; c < 16; c++) {
         const int col = 8 * (c / 2) + 2 * t + c % 2, i = 4 * (c / 2) + c % 2;
-        const float total = red[col] + red[ROWS + col] + red[2 * ROWS + col] + red[3 * ROWS + col];
+        const float total = K_DENSE ? red[ROWS + col] : red[col] + red[ROWS + col] + red[2 * ROWS + col] + red[3 * ROWS + col];
         const int token = token0 + col / G;
         if (token >= t_len) continue;
         const size_t row = (size_t)token * h_q + hk * G + col % G;
@@ -452,7 +503,10 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
             out[row * D + 64 * mt + 16 * w + g] = __float2bfloat16(o[mt][i] * inv);
             out[row * D + 64 * mt + 16 * w + g + 8] = __float2bfloat16(o[mt][i + 2] * inv);
         }
-        if (w == 0 && g == 0) lse[row] = total >= min_sum ? (m[c] + log2f(total)) * 0.6931471805599453f : NAN;
+        if (w == 0 && g == 0) {
+            const float offset = K_DENSE ? red[col] : m[c];
+            lse[row] = total >= min_sum ? (offset + log2f(total)) * 0.6931471805599453f : NAN;
+        }
     }
 }
 
