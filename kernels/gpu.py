@@ -365,11 +365,12 @@ def prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     return triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len, scale, **options)
 
 
-# "auto" takes the CUDA prefix path from these (to measure): waves of the kernel's CTAs (each walks the whole prefix, so
-# a chunk of fewer leaves SMs idle where the Triton kernel splits the prefix among programs), and query tokens x keys of
-# 2:4 prefix blocks (the part's gain grows with them, its host syncs and merge cost about the same)
+# "auto" takes the CUDA prefix path from these: waves of the kernel's CTAs (each walks the whole prefix, so a chunk of
+# fewer leaves SMs idle where the Triton kernel splits the prefix among programs), and query tokens x keys of 2:4 prefix
+# blocks (the gain grows with them, the host syncs and merge cost about the same). On the H200 (kernels/BENCHMARKS.md,
+# fifteenth session) 1K tokens after 32K (1.3 waves) lost, 2K won; after an 8K prefix no chunk up to 8K won (2^26)
 CUDA_PREFIX_MIN_WAVES = 2
-CUDA_PREFIX_MIN_PAIRS = 1 << 26
+CUDA_PREFIX_MIN_PAIRS = 1 << 27
 
 
 def cuda_prefix_supported(q: torch.Tensor, k_pool: BlockPool, v_pool: BlockPool, k_index: torch.Tensor,
