@@ -4,7 +4,8 @@
 returns the same results; on CUDA float16/bfloat16 inputs of a supported shape it runs the CUDA kernel
 on the sparse tensor cores (``cuda_decode``) where ``cuda_decode_supported``, else the Triton kernel
 (``triton_decode``); anything else runs the reference.
-``prefill_attention`` likewise runs the Triton prefill kernel (``triton_prefill``).
+``prefill_attention`` likewise runs the Triton prefill kernel (``triton_prefill``), with a long chunk's cached 2:4
+prefix blocks on the CUDA Trans-Both kernel on the sparse tensor cores (``cuda_prefix_prefill``) where that pays.
 ``prefill_compressed_attention`` (the paper's prefill: the chunk's own tiles compressed first) runs the CUDA
 Trans-Both kernel on the sparse tensor cores (``cuda_prefill``) where every tile is 2:4, else the TileLang one
 (``tl_prefill``), else the reference.
