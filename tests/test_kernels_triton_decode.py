@@ -79,3 +79,52 @@ def test_wave_splits():
     assert gpu.wave_splits(64, 512, 3 * 132) == 6  # v4: 6 splits were the fastest (0.177 ms; 8: 0.257)
     assert gpu.wave_splits(1, 10, 100) == 10  # room for every block alone
     assert gpu.wave_splits(200, 10, 100) == 1  # already two waves unsplit
+
+
+MERGE_SCRIPT = r"""
+import json, sys, torch
+sys.path.insert(0, sys.argv[1])
+from hs_kernels import attention as ref, gpu
+
+results = []
+for t, h, d, splits, split_major in json.loads(sys.argv[2]):
+    gen = torch.Generator().manual_seed(len(results))
+    shape = (splits, t, h) if split_major else (t, h, splits)
+    o = torch.randn(*shape, d, generator=gen).to(torch.float16)
+    lse = torch.randn(*shape, generator=gen) * 3
+    lse.view(-1)[::7] = float("-inf")  # partials without keys
+    o_part, lse_part = (o.permute(1, 2, 0, 3), lse.permute(1, 2, 0)) if split_major else (o, lse)
+    lse_part[1, 0] = float("-inf")  # a row whose partials all lack keys
+    out = torch.full((t, h, d), float("nan"), dtype=torch.float16)
+    lse_out = torch.full((t, h), float("nan"))
+    gpu._merge_splits(o_part, lse_part, out, lse_out)
+    r_out, r_lse = o_part[:, :, 0], lse_part[:, :, 0]
+    for s in range(1, splits):
+        r_out, r_lse = ref.merge_attention(r_out, r_lse, o_part[:, :, s], lse_part[:, :, s])
+    both = r_lse.isfinite()
+    results.append({"out_err": (out.float() - r_out.float())[both].abs().max().item(),
+                    "lse_err": (lse_out - r_lse)[both].abs().max().item(),
+                    "empty_rows": int((~both).sum()),
+                    "empty_rows_ok": bool((lse_out[~both] == float("-inf")).all() and (out[~both] == 0).all())})
+print(json.dumps(results))
+"""
+
+
+def test_split_merge_reads_partials_at_any_split_stride():
+    """The combine merges partials laid out split-major ([splits, rows, D], the prefill's CUDA prefix path) as it does
+    split-minor ones (decode): the reference's pairwise merge, rows whose partials all lack keys -inf and 0."""
+    cases = [(5, 3, 64, 2, True), (4, 2, 128, 3, False), (3, 4, 64, 2, False)]
+    results = interpret(MERGE_SCRIPT, cases)
+    for case, r in zip(cases, results):
+        assert r["out_err"] < 2e-3 and r["lse_err"] < 1e-5, (case, r)
+        assert r["empty_rows"] >= 1 and r["empty_rows_ok"], (case, r)
+
+
+def test_split_merge_refuses_partials_that_do_not_flatten():
+    import torch
+
+    from hs_kernels import gpu
+
+    o = torch.zeros(2, 4, 3, 8)
+    with pytest.raises(ValueError, match="flatten"):
+        gpu._merge_splits(o.transpose(0, 1), torch.zeros(2, 4, 3), torch.zeros(4, 2, 8), torch.zeros(4, 2))
