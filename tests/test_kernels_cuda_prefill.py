@@ -89,3 +89,18 @@ def test_ctas_per_launch():
     assert cuda_prefill.ctas(8192, 32, 8) == 171 * 8  # 48 tokens of 4 heads per CTA
     assert cuda_prefill.ctas(1, 16, 16) == 16
     assert cuda_prefill.ctas(193, 64, 1) == 65  # G 64: one token per consumer, three per CTA
+
+
+def test_prefill_attention_checks_its_kernel_everywhere():
+    """An unknown ``kernel`` is refused on any machine; off CUDA every kernel choice answers with the reference."""
+    from kv_cases import make_prefix
+
+    gen = torch.Generator().manual_seed(9)
+    pools_and_maps = make_prefix(2, D, 200, 1.0, 1.0, torch.float32, gen, "cpu")
+    q, k, v = (torch.randn(30, h, D, generator=gen) for h in (8, 2, 2))
+    with pytest.raises(ValueError, match="kernel must be"):
+        gpu.prefill_attention(q, k, v, *pools_and_maps, 200, kernel="tilelang")
+    want = ref.prefill_attention(q, k, v, *pools_and_maps, 200)
+    for kernel in ("auto", "triton", "cuda"):
+        got = gpu.prefill_attention(q, k, v, *pools_and_maps, 200, kernel=kernel)
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
