@@ -70,6 +70,13 @@ class HSAttnBackend(AttentionBackend):
             if (fits and self.pool.dtype in (torch.float16, torch.bfloat16)
                     and (self.settings.decode_kernel == "cuda" or cuda_decode.built())):
                 cuda_decode.warm_up(self.pool.head_dim, self.pool.dtype, torch.device(self.device))
+        if self.device != "cpu" and self.pool.dtype == torch.bfloat16 and any(s.n_r for s in self.pool.layers):
+            from hs_kernels import cuda_prefill
+
+            cfg = model_runner.model_config
+            group = cfg.num_attention_heads // cfg.num_key_value_heads
+            if self.pool.head_dim == cuda_prefill.HEAD_DIM and cuda_prefill.ROWS % group == 0:
+                cuda_prefill.built(group)  # nvcc now, not under the first long chunk after a cached prefix
         self._heads = {}
         # decode streaming keys (hs_kernels.streaming_keys for every sequence at once): sink pages, then
         # whole pages covering any window
