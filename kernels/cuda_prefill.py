@@ -45,12 +45,17 @@ def available() -> bool:
     return torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0) and nvcc.find() is not None
 
 
+def fits(head_dim: int, group: int) -> bool:
+    """Whether the kernel has a build for this head_dim and GQA ratio (query heads per KV head): 128, a divisor of 64."""
+    return head_dim == HEAD_DIM and group > 0 and ROWS % group == 0
+
+
 def supports(q: torch.Tensor, h_kv: int) -> bool:
-    """Whether ``attend`` runs for queries ``q [T, H_q, D]`` of ``h_kv`` KV heads here (the build aside): bf16, head_dim
-    128, a GQA ratio dividing 64, sm_90."""
+    """Whether ``attend`` runs for queries ``q [T, H_q, D]`` of ``h_kv`` KV heads here (the build aside): bf16, ``fits``,
+    sm_90."""
     group = q.shape[1] // h_kv if q.dim() == 3 and h_kv > 0 else 0
-    return (q.is_cuda and q.dtype == torch.bfloat16 and q.shape[-1] == HEAD_DIM and group > 0
-            and q.shape[1] == group * h_kv and ROWS % group == 0 and available())
+    return (q.is_cuda and q.dtype == torch.bfloat16 and q.shape[1] == group * h_kv and fits(q.shape[-1], group)
+            and available())
 
 
 @functools.lru_cache(maxsize=None)
@@ -128,15 +133,14 @@ def attend(q: torch.Tensor, k: SparseBlocks | torch.Tensor, v: SparseBlocks, sca
     lse = torch.empty(t, h_q, dtype=torch.float32, device=q.device) if lse is None else lse
     k = k.contiguous() if isinstance(k, torch.Tensor) else k._replace(index=k.index.contiguous())
     v = v._replace(index=v.index.contiguous())
-    work = torch.empty(h_kv + 1, dtype=torch.int32, device=q.device)
-    launch(q, k, v, work, scale, q_pos0, out, lse, defines)
+    work = launch(q, k, v, scale, q_pos0, out, lse, defines)
     settle(q, k, v, work, scale, q_pos0, out, lse, fallback)
     return out, lse
 
 
 def settle(q, k: SparseBlocks | torch.Tensor, v: SparseBlocks, work, scale: float, q_pos0: int | None,
            out: torch.Tensor, lse: torch.Tensor, fallback: bool = True) -> None:
-    """``launch``'s results made final, with one host sync: ValueError where it refused an index entry; ``fallback``:
+    """``launch``'s results (``work``: what it returned) made final, with one host sync: ValueError where it refused an index entry; ``fallback``:
     the rows it marked with a NaN ``lse`` recomputed (``exact_rows``)."""
     refused, lost = torch.stack((work[-1], lse.isnan().any())).tolist()
     if refused:
@@ -145,13 +149,15 @@ def settle(q, k: SparseBlocks | torch.Tensor, v: SparseBlocks, work, scale: floa
         exact_rows(q, lse.isnan().nonzero(), k, v, scale, q_pos0, out, lse)
 
 
-def launch(q, k: SparseBlocks | torch.Tensor, v: SparseBlocks, work, scale: float, q_pos0: int | None,
-           out: torch.Tensor, lse: torch.Tensor, defines: tuple[str, ...] = ()) -> None:
+def launch(q, k: SparseBlocks | torch.Tensor, v: SparseBlocks, scale: float, q_pos0: int | None,
+           out: torch.Tensor, lse: torch.Tensor, defines: tuple[str, ...] = ()) -> torch.Tensor:
     """The library's kernels on ``attend``'s contiguous arguments, no host sync: the longest key of each KV head into
-    ``work [H_kv + 1]`` int32 (float bits), ``work[H_kv]`` set to 1 where an index entry is not a 2:4 slot of its pool
-    (nothing else is then done), then the attention; rows whose sum of exponentials underflowed get a NaN ``lse``."""
+    the returned ``work [H_kv + 1]`` int32 (float bits), ``work[H_kv]`` set to 1 where an index entry is not a 2:4 slot
+    of its pool (nothing else is then done), then the attention; rows whose sum of exponentials underflowed get a NaN
+    ``lse``."""
     t, h_q, _ = q.shape
     h_kv, nb = v.index.shape
+    work = torch.empty(h_kv + 1, dtype=torch.int32, device=q.device)
     dense = isinstance(k, torch.Tensor)
     k_ptrs = (k.data_ptr(), None, None, None, 0) if dense else (
         None, k.values.data_ptr(), k.meta.data_ptr(), k.index.data_ptr(), k.values.shape[0])
@@ -161,6 +167,7 @@ def launch(q, k: SparseBlocks | torch.Tensor, v: SparseBlocks, work, scale: floa
         -1 if q_pos0 is None else q_pos0, 2.0 ** -UNDERFLOW_GAP, torch.cuda.current_stream(q.device).cuda_stream)
     if rc:
         raise RuntimeError(f"hs_prefill_sp failed: CUDA error {rc}")
+    return work
 
 
 def exact_rows(q, rows, k: SparseBlocks | torch.Tensor, v: SparseBlocks, scale: float, q_pos0: int | None,

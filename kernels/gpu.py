@@ -414,12 +414,11 @@ def cuda_prefix_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len: i
     t, h_q, d = q.shape
     part_out = torch.empty(2, t, h_q, d, dtype=q.dtype, device=q.device)
     part_lse = torch.empty(2, t, h_q, dtype=torch.float32, device=q.device)
-    keys = cp.SparseBlocks(k_pool.values, k_pool.meta, k_index[:, sparse].contiguous())
-    values = cp.SparseBlocks(v_pool.values, v_pool.meta, v_index[:, sparse].contiguous())
-    work = torch.empty(k_index.shape[0] + 1, dtype=torch.int32, device=q.device)
+    keys = cp.SparseBlocks(k_pool.values, k_pool.meta, k_index[:, sparse])  # gathered: contiguous
+    values = cp.SparseBlocks(v_pool.values, v_pool.meta, v_index[:, sparse])
     q = q.contiguous()
     # the CUDA part is launched first, the Triton part's host work (much Python) then runs while the GPU is busy
-    cp.launch(q, keys, values, work, scale, None, part_out[0], part_lse[0])
+    work = cp.launch(q, keys, values, scale, None, part_out[0], part_lse[0])
     triton_prefill(q, k, v, k_pool, v_pool, k_index[:, rest], v_index[:, rest], prefix_len - BLOCK_SIZE * len(sparse),
                    scale, out=part_out[1], lse=part_lse[1], **options)
     cp.settle(q, keys, values, work, scale, None, part_out[0], part_lse[0])

@@ -75,7 +75,7 @@ class HSAttnBackend(AttentionBackend):
 
             cfg = model_runner.model_config
             group = cfg.num_attention_heads // cfg.num_key_value_heads
-            if self.pool.head_dim == cuda_prefill.HEAD_DIM and cuda_prefill.ROWS % group == 0:
+            if cuda_prefill.fits(self.pool.head_dim, group):
                 cuda_prefill.built(group)  # nvcc now, not under the first long chunk after a cached prefix
         self._heads = {}
         # decode streaming keys (hs_kernels.streaming_keys for every sequence at once): sink pages, then

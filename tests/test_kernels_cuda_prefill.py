@@ -85,6 +85,11 @@ def test_prefix_blocks_split_by_kind():
     assert sparse.tolist() == [] and rest.tolist() == [0]
 
 
+def test_builds_exist_for_head_dim_128_and_gqa_ratios_dividing_64():
+    assert all(cuda_prefill.fits(128, g) for g in (1, 2, 4, 8, 16, 32, 64))
+    assert not any(cuda_prefill.fits(128, g) for g in (0, 3, 7, 128)) and not cuda_prefill.fits(64, 4)
+
+
 def test_ctas_per_launch():
     assert cuda_prefill.ctas(8192, 32, 8) == 171 * 8  # 48 tokens of 4 heads per CTA
     assert cuda_prefill.ctas(1, 16, 16) == 16

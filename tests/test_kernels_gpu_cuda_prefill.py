@@ -132,9 +132,8 @@ def test_longest_keys_of_the_blocks_read(k_kind):
     norms = k_dense.float().norm(dim=-1)  # [h_kv, 640], the decompressed keys
     for used in (10, 5):  # all blocks, then the first five: the maps say which count
         k_used = k[:64 * used] if k_kind == "dense" else k._replace(index=k.index[:, :used].contiguous())
-        work = torch.full((3,), -1, dtype=torch.int32, device="cuda")
         out, lse = torch.empty_like(q), torch.empty(q.shape[:2], device="cuda")
-        cuda_prefill.launch(q, k_used, v._replace(index=v.index[:, :used].contiguous()), work, D ** -0.5, None, out, lse)
+        work = cuda_prefill.launch(q, k_used, v._replace(index=v.index[:, :used].contiguous()), D ** -0.5, None, out, lse)
         torch.cuda.synchronize()
         assert work[2].item() == 0
         assert torch.allclose(work[:2].view(torch.float32), norms[:, :64 * used].amax(1), rtol=1e-5)

@@ -123,9 +123,8 @@ def bench_causal(gen, t: int, defines):
     k_pool, k_index, v_pool, v_index = sparse_prefix(t, h_kv, gen)
     ours = timeit(lambda: run(q, k_pool, k_index, v_pool, v_index, 0, defines, fallback=True))
     out, lse = torch.empty_like(q), torch.empty(q.shape[:2], device="cuda")
-    work = torch.empty(h_kv + 1, dtype=torch.int32, device="cuda")
-    alone = timeit(lambda: cuda_prefill.launch(q, blocks(k_pool, k_index), blocks(v_pool, v_index), work, D ** -0.5, 0,
-                                               out, lse, defines))
+    alone = timeit(lambda: cuda_prefill.launch(q, blocks(k_pool, k_index), blocks(v_pool, v_index), D ** -0.5, 0, out,
+                                               lse, defines))
     cudnn = cudnn_ms(q, k_pool, k_index, v_pool, v_index, causal=True)
     flop = 4.0 * t * h_kv * G * t / 2 * D
     print(f"\n{t} tokens one shot, causal, every block 2:4, 32/8 heads, d 128, bf16\n"
