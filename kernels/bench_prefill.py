@@ -25,7 +25,7 @@ this benchmark use, in parallel processes (TileLang's disk cache then serves the
 ``--question N``: then N query tokens after the whole sequence as a cached prefix, the prefix split
 among programs (``prefill_splits``) vs not, and cuDNN on the same keys. ``--densify-chunks``: where
 copying a 2:4 prefix dense first pays (``gpu.prefill_densify``). ``--cuda-prefix-chunks``: where the prefix's 2:4
-blocks on the CUDA kernel pay (``gpu.cuda_prefix_fills``).
+blocks on the CUDA kernel pay (``gpu.cuda_prefix_pays``) and at which split counts.
 """
 
 import argparse
@@ -359,17 +359,17 @@ def bench_densify(prefix: int, lengths) -> None:
                   flush=True)
 
 
-def bench_cuda_prefix(prefixes, lengths) -> None:
+def bench_cuda_prefix(prefixes, lengths, splits=()) -> None:
     """Chunks of ``lengths`` tokens after a cached prefix of each of ``prefixes`` tokens stored 2:4 (S = 1/1):
-    ``gpu.prefill_attention`` on the Triton kernel alone vs the prefix on the CUDA kernel (``kernel="cuda"``), and
-    what "auto" picks."""
+    ``gpu.prefill_attention`` on the Triton kernel alone vs the prefix on the CUDA kernel (``kernel="cuda"``, its
+    default split count), what "auto" picks, and the CUDA path at each of ``splits``."""
     from hs_kernels import gpu
 
     gen = torch.Generator(device="cuda")
     gen.manual_seed(4)
-    print("\nChunks after a prefix stored 2:4 (S = 1/1): kernel triton / cuda\n"
-          "| prefix | chunk tokens | CTAs | triton ms | cuda ms | triton / cuda | rel.err | auto |\n"
-          "|---|---|---|---|---|---|---|---|", flush=True)
+    print("\nChunks after a prefix stored 2:4 (S = 1/1): kernel triton / cuda (its default splits), then forced splits\n"
+          "| prefix | chunk tokens | CTAs | splits | triton ms | cuda ms | triton / cuda | rel.err | auto | "
+          "splits: cuda ms |\n|---|---|---|---|---|---|---|---|---|---|", flush=True)
     for prefix in prefixes:
         pk, pv = (torch.randn(prefix, H_KV, D, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(2))
         (k_pool, k_idx), (v_pool, v_idx) = _pools_at(pk, "k", 1, gen), _pools_at(pv, "v", 1, gen)
@@ -378,12 +378,16 @@ def bench_cuda_prefix(prefixes, lengths) -> None:
                        for h in (H_Q, H_KV, H_KV))
             run = lambda kernel: lambda: gpu.prefill_attention(q, k, v, k_pool, v_pool, k_idx, v_idx,  # noqa: E731
                                                                prefix, kernel=kernel)
+            split = lambda n: lambda: gpu.cuda_prefix_prefill(  # noqa: E731
+                q, k, v, k_pool, v_pool, k_idx, v_idx, prefix, D ** -0.5, *gpu.cuda_prefix_blocks(k_idx, v_idx, prefix),
+                splits=n)
             err = rel_err(run("cuda")()[0], run("triton")()[0])
             tri, cud = timeit(run("triton"), iters=20), timeit(run("cuda"), iters=20)
-            auto = "cuda" if (gpu.cuda_prefix_fills(q, k_pool, v_pool, k_idx, prefix)
-                              and t * prefix >= gpu.CUDA_PREFIX_MIN_PAIRS) else "triton"
-            print(f"| {prefix} | {t} | {gpu.cp.ctas(t, H_Q, H_KV)} | {tri:.3f} | {cud:.3f} | {tri / cud:.2f}x | "
-                  f"{err:.1e} | {auto} |", flush=True)
+            auto = "cuda" if gpu.cuda_prefix_pays(q, k_pool, v_pool, k_idx, prefix) else "triton"
+            forced = " ".join(f"{n}: {timeit(split(n), iters=20):.3f}" for n in splits)
+            print(f"| {prefix} | {t} | {gpu.cp.ctas(t, H_Q, H_KV)} | "
+                  f"{gpu.cuda_prefix_splits(t, H_Q, H_KV, prefix // 64, q.device)} | {tri:.3f} | {cud:.3f} | "
+                  f"{tri / cud:.2f}x | {err:.1e} | {auto} | {forced} |", flush=True)
 
 
 def main(argv=None):
@@ -401,6 +405,8 @@ def main(argv=None):
     ap.add_argument("--cuda-prefix-chunks", default="", help="also time chunks of these many tokens (a list) after a "
                     "2:4 prefix (of --tokens, or each of --cuda-prefixes), Triton alone vs the prefix on the CUDA kernel")
     ap.add_argument("--cuda-prefixes", default="", help="the prefix lengths of --cuda-prefix-chunks (a list)")
+    ap.add_argument("--cuda-prefix-splits", default="", help="also time --cuda-prefix-chunks at these split counts of "
+                    "the CUDA part (a list)")
     ap.add_argument("--prebuild", action="store_true")
     ap.add_argument("--workers", type=int, default=min(16, os.cpu_count() or 1))
     a = ap.parse_args(argv)
@@ -422,7 +428,8 @@ def main(argv=None):
         bench_densify(a.tokens, [int(x) for x in a.densify_chunks.split(",")])
     if a.cuda_prefix_chunks:
         bench_cuda_prefix([int(x) for x in (a.cuda_prefixes or str(a.tokens)).split(",")],
-                          [int(x) for x in a.cuda_prefix_chunks.split(",")])
+                          [int(x) for x in a.cuda_prefix_chunks.split(",")],
+                          [int(x) for x in a.cuda_prefix_splits.split(",") if x])
 
 
 if __name__ == "__main__":

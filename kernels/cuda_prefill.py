@@ -64,7 +64,7 @@ def library(group: int, defines: tuple[str, ...] = ()) -> ctypes.CDLL:
     lib = ctypes.CDLL(str(nvcc.library(SOURCE, "sm_90a", (f"HS_G={group}", *defines))))
     p, i = ctypes.c_void_p, ctypes.c_int
     lib.hs_prefill_sp.restype = i
-    lib.hs_prefill_sp.argtypes = [p] * 8 + [i, i] + [p] * 3 + [i] * 3 + [ctypes.c_float, i, ctypes.c_float, p]
+    lib.hs_prefill_sp.argtypes = [p] * 8 + [i, i] + [p] * 3 + [i] * 4 + [ctypes.c_float, i, ctypes.c_float, p]
     lib.hs_prefill_sp_resident.restype = i
     lib.hs_prefill_sp_resident.argtypes = [i]
     return lib
@@ -142,29 +142,55 @@ def settle(q, k: SparseBlocks | torch.Tensor, v: SparseBlocks, work, scale: floa
            out: torch.Tensor, lse: torch.Tensor, fallback: bool = True) -> None:
     """``launch``'s results (``work``: what it returned) made final, with one host sync: ValueError where it refused an index entry; ``fallback``:
     the rows it marked with a NaN ``lse`` recomputed (``exact_rows``)."""
-    refused, lost = torch.stack((work[-1], lse.isnan().any())).tolist()
-    if refused:
-        raise ValueError("every index entry must name a 2:4 slot of its pool (~slot, inside the pool)")
-    if fallback and lost:
+    if check(work, lse.isnan()) and fallback:
         exact_rows(q, lse.isnan().nonzero(), k, v, scale, q_pos0, out, lse)
 
 
+def check(work: torch.Tensor, lost: torch.Tensor) -> bool:
+    """One host sync: ValueError where ``launch`` (``work``: what it returned) refused an index entry, else whether any
+    of ``lost`` (bool) is set."""
+    refused, any_lost = torch.stack((work[-1], lost.any())).tolist()
+    if refused:
+        raise ValueError("every index entry must name a 2:4 slot of its pool (~slot, inside the pool)")
+    return bool(any_lost)
+
+
+def lost_rows(q: torch.Tensor, work: torch.Tensor, scale: float, lse: torch.Tensor) -> torch.Tensor:
+    """``[T, H_q]`` bool: the rows whose ``lse`` (natural log; ``launch``'s parts with ``flag=False``, merged with any
+    other keys' by log-sum-exp) lies more than ``UNDERFLOW_GAP`` (log2) below the kernel's static offset (``work``: what
+    ``launch`` returned), where the exponentials the kernel flushed to zero may have counted."""
+    h_kv = work.shape[0] - 1
+    key_norm = work[:h_kv].view(torch.float32).repeat_interleave(q.shape[1] // h_kv)
+    offset = torch.linalg.vector_norm(q, dim=-1, dtype=torch.float32) * key_norm * (scale * LOG2E)
+    return lse * LOG2E < offset - UNDERFLOW_GAP
+
+
 def launch(q, k: SparseBlocks | torch.Tensor, v: SparseBlocks, scale: float, q_pos0: int | None,
-           out: torch.Tensor, lse: torch.Tensor, defines: tuple[str, ...] = ()) -> torch.Tensor:
+           out: torch.Tensor, lse: torch.Tensor, defines: tuple[str, ...] = (), splits: int = 1,
+           flag: bool = True) -> torch.Tensor:
     """The library's kernels on ``attend``'s contiguous arguments, no host sync: the longest key of each KV head into
     the returned ``work [H_kv + 1]`` int32 (float bits), ``work[H_kv]`` set to 1 where an index entry is not a 2:4 slot
-    of its pool (nothing else is then done), then the attention; rows whose sum of exponentials underflowed get a NaN
-    ``lse``."""
-    t, h_q, _ = q.shape
+    of its pool (nothing else is then done), then the attention. ``splits`` (without a mask; 1 to ``nb``): the blocks in
+    that many consecutive parts, part ``z`` attended into ``out[z]`` / ``lse[z]`` (``out [splits, T, H_q, 128]``, ``lse
+    [splits, T, H_q]``, to be merged by log-sum-exp). ``flag``: rows whose sum of exponentials underflowed get a NaN
+    ``lse``; False: a part keeps what it summed (out 0, lse -inf where nothing), for callers that look at the merged
+    ``lse`` (``lost_rows``)."""
+    t, h_q, d = q.shape
     h_kv, nb = v.index.shape
+    if not 1 <= splits <= (nb if q_pos0 is None else 1):
+        raise ValueError(f"splits must be 1 .. {nb} without a mask, 1 with one, got {splits}")
+    if out.numel() != splits * t * h_q * d or lse.numel() != splits * t * h_q or not (
+            out.is_contiguous() and lse.is_contiguous()):
+        raise ValueError(f"out and lse must be contiguous [{splits}, {t}, {h_q}, {d}] and [{splits}, {t}, {h_q}]")
     work = torch.empty(h_kv + 1, dtype=torch.int32, device=q.device)
     dense = isinstance(k, torch.Tensor)
     k_ptrs = (k.data_ptr(), None, None, None, 0) if dense else (
         None, k.values.data_ptr(), k.meta.data_ptr(), k.index.data_ptr(), k.values.shape[0])
     rc = library(h_q // h_kv, defines).hs_prefill_sp(
         q.data_ptr(), *k_ptrs[:3], v.values.data_ptr(), v.meta.data_ptr(), k_ptrs[3], v.index.data_ptr(), k_ptrs[4],
-        v.values.shape[0], work.data_ptr(), out.data_ptr(), lse.data_ptr(), t, h_kv, nb, scale * LOG2E,
-        -1 if q_pos0 is None else q_pos0, 2.0 ** -UNDERFLOW_GAP, torch.cuda.current_stream(q.device).cuda_stream)
+        v.values.shape[0], work.data_ptr(), out.data_ptr(), lse.data_ptr(), t, h_kv, nb, splits, scale * LOG2E,
+        -1 if q_pos0 is None else q_pos0, 2.0 ** -UNDERFLOW_GAP if flag else 0.0,
+        torch.cuda.current_stream(q.device).cuda_stream)
     if rc:
         raise RuntimeError(f"hs_prefill_sp failed: CUDA error {rc}")
     return work

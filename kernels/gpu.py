@@ -70,17 +70,17 @@ SPLIT_OVERHEAD_BLOCKS = 2  # a split's fixed cost (Q, entries, partials, combine
 
 
 @functools.lru_cache(maxsize=None)
-def wave_splits(programs: int, blocks: int, resident: int) -> int:
+def wave_splits(programs: int, blocks: int, resident: int, overhead: int = SPLIT_OVERHEAD_BLOCKS) -> int:
     """Splits of ``blocks`` KV blocks for each of ``programs`` (sequence, KV head) pairs, when the GPU
     runs ``resident`` programs at once: the fewest that minimise (waves of programs) x (blocks per split
-    + ``SPLIT_OVERHEAD_BLOCKS``), the time of a kernel whose last wave may run part-empty. On the H200's
+    + ``overhead``), the time of a kernel whose last wave may run part-empty. On the H200's
     sweeps at B=8, 32K (kernels/BENCHMARKS.md, seventh session) this orders the four split counts timed
     for CUDA decode v2 (12 resident per SM) as measured, and picks one within 2 % of v3's best."""
     best_cost, best = None, 1
     for asked in range(1, blocks + 1):
         per = -(-blocks // asked)
         splits = -(-blocks // per)  # the splits that get blocks
-        cost = -(-programs * splits // resident) * (per + SPLIT_OVERHEAD_BLOCKS)
+        cost = -(-programs * splits // resident) * (per + overhead)
         if best_cost is None or cost < best_cost:
             best_cost, best = cost, splits
     return best
@@ -214,11 +214,20 @@ def _combine(q, o_part, lse_part, splits: int, dependent: bool = False):
     return out, lse
 
 
-def _merge_splits(o_part, lse_part, out, lse, dependent: bool = False) -> None:
-    """``triton_decode.combine_kernel`` over partials ``[R1, R2, splits, D]`` / ``[R1, R2, splits]`` (any split stride;
-    R1 and R2 flatten to one row index, D unit-strided) into ``out [R1, R2, D]`` / ``lse [R1, R2]`` (decode: sequences
-    x heads; prefill: tokens x heads). ``dependent``: a programmatic dependent launch of the kernel just launched
-    (sm_90: griddepcontrol)."""
+# a merge of many rows (a prefill's tokens x heads) takes combine_rows_kernel: one row per program leaves it bound by
+# the count of programs (2^18 rows at 8K tokens); at least COMBINE_PROGRAMS programs, at most COMBINE_ROWS rows each
+COMBINE_ROWS_FROM = 4096
+COMBINE_PROGRAMS = 1024
+COMBINE_ROWS = 16
+
+
+def _merge_splits(o_part, lse_part, out, lse, dependent: bool = False, rows_per_program: int | None = None) -> None:
+    """The log-sum-exp merge of partials ``[R1, R2, splits, D]`` / ``[R1, R2, splits]`` (any split stride; R1 and R2
+    flatten to one row index, D unit-strided) into ``out [R1, R2, D]`` / ``lse [R1, R2]`` (decode: sequences x heads;
+    prefill: tokens x heads). ``triton_decode.combine_kernel`` below ``COMBINE_ROWS_FROM`` rows (``dependent``: as a
+    programmatic dependent launch of the kernel just launched, sm_90 griddepcontrol), else (or where
+    ``rows_per_program`` is given, a power of two) ``combine_rows_kernel`` with that many rows per program (default
+    ``combine_rows``)."""
     from . import triton_decode as td
 
     splits, d = o_part.shape[-2:]
@@ -226,9 +235,23 @@ def _merge_splits(o_part, lse_part, out, lse, dependent: bool = False) -> None:
     if o_part.stride(0) != o_part.shape[1] * o_part.stride(1) or o_part.stride(3) != 1 or (
             lse_part.stride(0) != lse_part.shape[1] * lse_part.stride(1)):
         raise ValueError("partials must flatten to [rows, splits, D] with D unit-strided")
+    strides = (o_part.stride(1), o_part.stride(2), lse_part.stride(1), lse_part.stride(2))
+    if rows_per_program or (rows >= COMBINE_ROWS_FROM and not dependent):
+        per = rows_per_program or combine_rows(rows)
+        td.combine_rows_kernel[(-(-rows // per),)](o_part, lse_part, out, lse, rows, splits, *strides, D=d,
+                                                   SPLITS_P2=_next_pow2(splits), ROWS=per)
+        return
     pdl = {"launch_pdl": True, "DEPENDENT": True} if dependent else {}
-    td.combine_kernel[(rows,)](o_part, lse_part, out, lse, splits, o_part.stride(1), o_part.stride(2),
-                               lse_part.stride(1), lse_part.stride(2), D=d, SPLITS_P2=_next_pow2(splits), **pdl)
+    td.combine_kernel[(rows,)](o_part, lse_part, out, lse, splits, *strides, D=d, SPLITS_P2=_next_pow2(splits), **pdl)
+
+
+def combine_rows(rows: int) -> int:
+    """Rows per program of ``combine_rows_kernel``: the most, up to ``COMBINE_ROWS``, that leave ``COMBINE_PROGRAMS``
+    programs."""
+    per = 1
+    while per < COMBINE_ROWS and rows // (2 * per) >= COMBINE_PROGRAMS:
+        per *= 2
+    return per
 
 
 def triton_decode(q, k_pool, v_pool, k_index, v_index, seq_lens, scale: float, splits: int,
@@ -339,8 +362,8 @@ def prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     that are 2:4 in K and V for every KV head on the sparse tensor cores (``cuda_prefill``, no mask: every query
     sees them), the chunk and the other prefix blocks on the Triton kernel, the two merged by log-sum-exp
     (``cuda_prefix_prefill``; raises ValueError where ``cuda_prefill.supports`` refuses the queries or no such block
-    exists); "auto", "cuda" where the chunk fills the GPU with the kernel's CTAs (``cuda_prefix_fills``) and the
-    query tokens x keys of such blocks reach ``CUDA_PREFIX_MIN_PAIRS``, else "triton". ``block_m``, ``num_warps``,
+    exists); "auto", "cuda" where such blocks hold ``CUDA_PREFIX_MIN_KEYS`` keys and the query tokens x those keys
+    reach ``CUDA_PREFIX_MIN_PAIRS`` (``cuda_prefix_worth``), else "triton". ``block_m``, ``num_warps``,
     ``num_stages``, ``select``, ``chunk_n``, ``heads``, ``densify``, ``prefix_n`` and ``tma`` are the Triton
     kernel's launch options (``triton_prefill``; defaults: ``prefill_launch``).
     No bounds check of the used index entries against the pools on the Triton path (the reference and the CUDA
@@ -356,9 +379,9 @@ def prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     if kernel == "cuda" and not cuda_prefix_supported(q, k_pool, v_pool, k_index, prefix_len):
         raise ValueError("kernel='cuda' needs bf16 queries of head_dim 128 with a GQA ratio dividing "
                          f"{cp.ROWS} on sm_90 with nvcc, 2:4 slots in both pools and a full prefix block")
-    if kernel == "cuda" or (kernel == "auto" and cuda_prefix_fills(q, k_pool, v_pool, k_index, prefix_len)):
+    if kernel == "cuda" or (kernel == "auto" and cuda_prefix_pays(q, k_pool, v_pool, k_index, prefix_len)):
         sparse, rest = cuda_prefix_blocks(k_index, v_index, prefix_len)
-        if len(sparse) and (kernel == "cuda" or q.shape[0] * BLOCK_SIZE * len(sparse) >= CUDA_PREFIX_MIN_PAIRS):
+        if len(sparse) and (kernel == "cuda" or cuda_prefix_worth(q.shape[0], BLOCK_SIZE * len(sparse))):
             return cuda_prefix_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len, scale, sparse, rest,
                                        **options)
         if kernel == "cuda":
@@ -366,12 +389,16 @@ def prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     return triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len, scale, **options)
 
 
-# "auto" takes the CUDA prefix path from these: waves of the kernel's CTAs (each walks the whole prefix, so a chunk of
-# fewer leaves SMs idle where the Triton kernel splits the prefix among programs), and query tokens x keys of 2:4 prefix
-# blocks (the gain grows with them, the host syncs and merge cost about the same). On the H200 (kernels/BENCHMARKS.md,
-# fifteenth session) 1K tokens after 32K (1.3 waves) lost, 2K won; after an 8K prefix no chunk up to 8K won (2^26)
-CUDA_PREFIX_MIN_WAVES = 2
-CUDA_PREFIX_MIN_PAIRS = 1 << 27
+# "auto" takes the CUDA prefix path from CUDA_PREFIX_MIN_KEYS keys of 2:4 prefix blocks and CUDA_PREFIX_MIN_PAIRS query
+# tokens x those keys: the gain grows with the pairs, the host work (some 0.2-1 ms a call: two syncs, the merge, the
+# check) does not. On the H200 (kernels/BENCHMARKS.md, sixteenth session) 256 tokens and more after 32K won, 64 lost
+# (0.5x); after 8K nothing up to 8K tokens won by more than 5 %. A CTA walks its part of the prefix: a chunk whose CTAs
+# fill fewer than CUDA_PREFIX_MIN_WAVES waves splits the prefix among more (cuda_prefix_splits): the kernel's time over
+# 1-16 splits at 256 and 1K tokens after 32K fits waves x (blocks per split + 9) within 3 %
+CUDA_PREFIX_MIN_WAVES = 4
+CUDA_PREFIX_MIN_KEYS = 1 << 14
+CUDA_PREFIX_MIN_PAIRS = 1 << 23
+CUDA_PREFIX_SPLIT_OVERHEAD_BLOCKS = 9  # a CTA's fixed cost (Q, the pipeline's fill, its part's output) in blocks
 
 
 def cuda_prefix_supported(q: torch.Tensor, k_pool: BlockPool, v_pool: BlockPool, k_index: torch.Tensor,
@@ -383,15 +410,27 @@ def cuda_prefix_supported(q: torch.Tensor, k_pool: BlockPool, v_pool: BlockPool,
             and cp.supports(q, h_kv) and cp.built(q.shape[1] // h_kv))
 
 
-def cuda_prefix_fills(q: torch.Tensor, k_pool: BlockPool, v_pool: BlockPool, k_index: torch.Tensor,
-                      prefix_len: int) -> bool:
-    """The part of the "auto" rule known without a host sync: ``cuda_prefix_supported``, ``CUDA_PREFIX_MIN_WAVES``
-    waves of the kernel's CTAs, and ``CUDA_PREFIX_MIN_PAIRS`` query tokens x full prefix keys."""
-    t, h_q, _ = q.shape
-    h_kv = k_index.shape[0]
-    return (t * BLOCK_SIZE * (prefix_len // BLOCK_SIZE) >= CUDA_PREFIX_MIN_PAIRS
-            and cuda_prefix_supported(q, k_pool, v_pool, k_index, prefix_len)
-            and cp.ctas(t, h_q, h_kv) >= CUDA_PREFIX_MIN_WAVES * _sm_count(q.device) * cp.resident(h_q // h_kv))
+def cuda_prefix_pays(q: torch.Tensor, k_pool: BlockPool, v_pool: BlockPool, k_index: torch.Tensor,
+                     prefix_len: int) -> bool:
+    """The part of the "auto" rule known without a host sync: ``cuda_prefix_worth`` of the prefix's full blocks, and
+    ``cuda_prefix_supported``."""
+    return (cuda_prefix_worth(q.shape[0], BLOCK_SIZE * (prefix_len // BLOCK_SIZE))
+            and cuda_prefix_supported(q, k_pool, v_pool, k_index, prefix_len))
+
+
+def cuda_prefix_worth(t: int, keys: int) -> bool:
+    """Whether ``keys`` prefix keys for ``t`` query tokens reach ``CUDA_PREFIX_MIN_KEYS`` and ``CUDA_PREFIX_MIN_PAIRS``."""
+    return keys >= CUDA_PREFIX_MIN_KEYS and t * keys >= CUDA_PREFIX_MIN_PAIRS
+
+
+def cuda_prefix_splits(t: int, h_q: int, h_kv: int, blocks: int, device: torch.device) -> int:
+    """Parts of the ``blocks`` 2:4 prefix blocks that the CUDA kernel attends for ``t`` query tokens: 1 where its
+    CTAs fill ``CUDA_PREFIX_MIN_WAVES`` waves, else ``wave_splits`` of the CTAs with
+    ``CUDA_PREFIX_SPLIT_OVERHEAD_BLOCKS``."""
+    ctas, slots = cp.ctas(t, h_q, h_kv), _sm_count(device) * cp.resident(h_q // h_kv)
+    if ctas >= CUDA_PREFIX_MIN_WAVES * slots:
+        return 1
+    return wave_splits(ctas, blocks, slots, CUDA_PREFIX_SPLIT_OVERHEAD_BLOCKS)
 
 
 def cuda_prefix_blocks(k_index: torch.Tensor, v_index: torch.Tensor, prefix_len: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -406,25 +445,33 @@ def cuda_prefix_blocks(k_index: torch.Tensor, v_index: torch.Tensor, prefix_len:
 
 
 def cuda_prefix_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len: int, scale: float,
-                        sparse: torch.Tensor, rest: torch.Tensor, **options) -> tuple[torch.Tensor, torch.Tensor]:
-    """``prefill_attention`` on checked inputs as two parts merged by log-sum-exp: the prefix blocks at ``sparse``
-    (2:4 in K and V for every KV head, ``cuda_prefix_blocks``) by the CUDA kernel without a mask, and the chunk after
-    the prefix blocks at ``rest`` (ascending; the partial last block, if any, last) by the Triton kernel with
-    ``options``. Raises ValueError where an entry at ``sparse`` is not a slot of its pool."""
+                        sparse: torch.Tensor, rest: torch.Tensor, splits: int | None = None,
+                        **options) -> tuple[torch.Tensor, torch.Tensor]:
+    """``prefill_attention`` on checked inputs as parts merged by log-sum-exp: the prefix blocks at ``sparse`` (2:4 in
+    K and V for every KV head, ``cuda_prefix_blocks``) by the CUDA kernel without a mask, in ``splits`` parts (default
+    ``cuda_prefix_splits``), and the chunk after the prefix blocks at ``rest`` (ascending; the partial last block, if
+    any, last) by the Triton kernel with ``options``. One host sync. Raises ValueError where an entry at ``sparse`` is
+    not a slot of its pool."""
     t, h_q, d = q.shape
-    part_out = torch.empty(2, t, h_q, d, dtype=q.dtype, device=q.device)
-    part_lse = torch.empty(2, t, h_q, dtype=torch.float32, device=q.device)
+    splits = cuda_prefix_splits(t, h_q, k_index.shape[0], len(sparse), q.device) if splits is None else splits
+    part_out = torch.empty(splits + 1, t, h_q, d, dtype=q.dtype, device=q.device)
+    part_lse = torch.empty(splits + 1, t, h_q, dtype=torch.float32, device=q.device)
     keys = cp.SparseBlocks(k_pool.values, k_pool.meta, k_index[:, sparse])  # gathered: contiguous
     values = cp.SparseBlocks(v_pool.values, v_pool.meta, v_index[:, sparse])
     q = q.contiguous()
     # the CUDA part is launched first, the Triton part's host work (much Python) then runs while the GPU is busy
-    work = cp.launch(q, keys, values, scale, None, part_out[0], part_lse[0])
+    work = cp.launch(q, keys, values, scale, None, part_out[:splits], part_lse[:splits], splits=splits, flag=False)
     triton_prefill(q, k, v, k_pool, v_pool, k_index[:, rest], v_index[:, rest], prefix_len - BLOCK_SIZE * len(sparse),
-                   scale, out=part_out[1], lse=part_lse[1], **options)
-    cp.settle(q, keys, values, work, scale, None, part_out[0], part_lse[0])
+                   scale, out=part_out[splits], lse=part_lse[splits], **options)
     out = torch.empty_like(q)
     lse = torch.empty(t, h_q, dtype=torch.float32, device=q.device)
     _merge_splits(part_out.permute(1, 2, 0, 3), part_lse.permute(1, 2, 0), out, lse)
+    lost = cp.lost_rows(q, work, scale, lse)
+    if cp.check(work, lost):  # exponentials the kernel flushed may count there: those rows' CUDA part again, exactly
+        rows = lost.nonzero()
+        cp.exact_rows(q, rows, keys, values, scale, None, part_out[0], part_lse[0])
+        part_lse[1:splits, rows[:, 0], rows[:, 1]] = float("-inf")
+        _merge_splits(part_out.permute(1, 2, 0, 3), part_lse.permute(1, 2, 0), out, lse)
     return out, lse
 
 

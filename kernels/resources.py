@@ -104,11 +104,14 @@ def variants() -> list[Variant]:
             out.append(Variant(f"decode d{d} K{k_mode} V{v_mode}", "triton_decode", "decode_kernel", _decode_types(),
                                dict(H_KV=8, G=4, BLOCK_H=16, D=d, K_MODE=k_mode, V_MODE=v_mode, PRMT=True),
                                decode_warps, decode_stages))
+        combine = {"o_part": "*fp32", "lse_part": "*fp32", "out": "*bf16", "lse_out": "*fp32", "rows": "i32",
+                   "splits": "i32", "o_row": "i32", "o_split": "i32", "l_row": "i32", "l_split": "i32"}
         for dependent in (False, True):  # the CUDA decode's combine on sm_90 is a programmatic dependent
             out.append(Variant(f"combine d{d}{' dependent' if dependent else ''}", "triton_decode", "combine_kernel",
-                               {"o_part": "*fp32", "lse_part": "*fp32", "out": "*bf16", "lse_out": "*fp32",
-                                "splits": "i32", "o_row": "i32", "o_split": "i32", "l_row": "i32", "l_split": "i32"},
+                               {a: t for a, t in combine.items() if a != "rows"},
                                dict(D=d, SPLITS_P2=32, DEPENDENT=dependent), 4))  # default launch
+        out.append(Variant(f"combine rows d{d}", "triton_decode", "combine_rows_kernel", dict(combine, o_part="*bf16"),
+                           dict(D=d, SPLITS_P2=32, ROWS=gpu.COMBINE_ROWS), 4))  # a prefill's merge, the most rows
         for block_m in (64, 128):  # a short call's rows, and a chunk's (the launcher's cap)
             out.append(Variant(f"stream d{d} rows {block_m}", "triton_stream", "stream_kernel", _stream_types(),
                                dict(H_KV=8, G=4, D=d, BLOCK_M=block_m), stream_warps, stream_stages))

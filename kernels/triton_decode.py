@@ -103,3 +103,27 @@ def combine_kernel(o_part, lse_part, out, lse_out, splits, o_row, o_split, l_row
     res = tl.sum(w[:, None] * o, 0) / tl.where(total > 0, total, 1.0)
     tl.store(out + row * D + cols, res.to(out.dtype.element_ty))
     tl.store(lse_out + row, tl.where(total > 0, m_safe + tl.log(total), float("-inf")))
+
+
+@triton.jit(do_not_specialize=["rows", "splits"])
+def combine_rows_kernel(o_part, lse_part, out, lse_out, rows, splits, o_row, o_split, l_row, l_split, D: tl.constexpr,
+                        SPLITS_P2: tl.constexpr, ROWS: tl.constexpr):
+    """``combine_kernel`` for many rows (a prefill's tokens x heads): a program per ``ROWS`` of the ``rows`` rows,
+    which reads one split's ``[ROWS, D]`` partials at a time."""
+    row = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
+    live = row < rows
+    s = tl.arange(0, SPLITS_P2)
+    lse = tl.load(lse_part + row[:, None] * l_row + s[None, :] * l_split, mask=live[:, None] & (s < splits)[None, :],
+                  other=float("-inf"))
+    m = tl.max(lse, 1)
+    m_safe = tl.where(m == float("-inf"), 0.0, m)
+    total = tl.sum(tl.exp(lse - m_safe[:, None]), 1)
+    cols = tl.arange(0, D)
+    acc = tl.zeros([ROWS, D], dtype=tl.float32)
+    for i in range(splits):
+        w = tl.exp(tl.load(lse_part + row * l_row + i * l_split, mask=live, other=float("-inf")) - m_safe)
+        o = tl.load(o_part + row[:, None] * o_row + i * o_split + cols[None, :], mask=live[:, None], other=0.0)
+        acc += w[:, None] * o
+    res = acc / tl.where(total > 0, total, 1.0)[:, None]
+    tl.store(out + row[:, None] * D + cols[None, :], res.to(out.dtype.element_ty), mask=live[:, None])
+    tl.store(lse_out + row, tl.where(total > 0, m_safe + tl.log(total), float("-inf")), mask=live)

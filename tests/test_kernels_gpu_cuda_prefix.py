@@ -46,18 +46,17 @@ def test_cuda_prefix_matches_the_reference(case):
     assert (lse - l_ref).abs().max().item() < 1e-2 * max(1.0, l_ref.abs().max().item())
 
 
-def test_auto_takes_the_kernel_for_long_chunks_after_long_prefixes(monkeypatch):
-    """"auto": the CUDA path for a chunk whose CTAs fill the SMs ``gpu.CUDA_PREFIX_MIN_WAVES`` times after a 2:4 prefix
-    of ``gpu.CUDA_PREFIX_MIN_PAIRS`` query x key pairs; the Triton kernel alone for a short question (it splits the
-    prefix among programs), a shorter prefix, a dense prefix or float16."""
+def test_auto_takes_the_kernel_from_enough_keys_and_pairs(monkeypatch):
+    """"auto": the CUDA path for a chunk after a 2:4 prefix of ``gpu.CUDA_PREFIX_MIN_KEYS`` keys and
+    ``gpu.CUDA_PREFIX_MIN_PAIRS`` query x key pairs; the Triton kernel alone for a shorter prefix, a shorter chunk, a
+    dense prefix or float16."""
     calls = []
     split = gpu.cuda_prefix_prefill
     monkeypatch.setattr(gpu, "cuda_prefix_prefill", lambda *a, **kw: calls.append(1) or split(*a, **kw))
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    t = 48 * -(-gpu.CUDA_PREFIX_MIN_WAVES * sms * cuda_prefill.resident(4) // 8)  # 48 tokens of 4 heads per CTA
-    prefix = 64 * -(-gpu.CUDA_PREFIX_MIN_PAIRS // (64 * t))
-    for t_, p_, s, dtype, expect in ((t, prefix, 1.0, torch.bfloat16, [1]), (t - 48, prefix, 1.0, torch.bfloat16, []),
-                                     (t, prefix - 64, 1.0, torch.bfloat16, []), (t, prefix, 0.0, torch.bfloat16, []),
+    prefix = 64 * -(-gpu.CUDA_PREFIX_MIN_KEYS // 64)
+    t = -(-gpu.CUDA_PREFIX_MIN_PAIRS // prefix)
+    for t_, p_, s, dtype, expect in ((t, prefix, 1.0, torch.bfloat16, [1]), (t - 1, prefix, 1.0, torch.bfloat16, []),
+                                     (4 * t, prefix - 64, 1.0, torch.bfloat16, []), (t, prefix, 0.0, torch.bfloat16, []),
                                      (t, prefix, 1.0, torch.float16, [])):
         calls.clear()
         k_pool, v_pool, k_index, v_index, q, k, v, scale = prefill_inputs(32, 8, 128, dtype, t_, p_, s, s)
@@ -65,6 +64,54 @@ def test_auto_takes_the_kernel_for_long_chunks_after_long_prefixes(monkeypatch):
         assert calls == expect, (t_, p_, s, dtype)
         o_ref, _ = ref.prefill_attention(q, k, v, k_pool, v_pool, k_index, v_index, p_, scale)
         assert rel_err(out, o_ref) < 1e-2
+
+
+def test_short_chunks_split_the_prefix_long_ones_do_not():
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    slots = sms * cuda_prefill.resident(4)
+    long_t = 48 * -(-gpu.CUDA_PREFIX_MIN_WAVES * slots // 8)  # 48 tokens of 4 heads per CTA, 8 KV heads
+    assert gpu.cuda_prefix_splits(long_t, 32, 8, 512, torch.device("cuda")) == 1
+    assert 1 < gpu.cuda_prefix_splits(256, 32, 8, 512, torch.device("cuda")) <= 512
+    assert gpu.cuda_prefix_splits(256, 32, 8, 3, torch.device("cuda")) <= 3
+
+
+def split_prefix_matches_the_reference(inputs, prefix_len, splits):
+    k_pool, v_pool, k_index, v_index, q, k, v, scale = inputs
+    sparse, rest = gpu.cuda_prefix_blocks(k_index, v_index, prefix_len)
+    out, lse = gpu.cuda_prefix_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len, scale, sparse, rest,
+                                       splits=splits)
+    o_ref, l_ref = ref.prefill_attention(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len, scale)
+    assert not out.isnan().any() and rel_err(out, o_ref) < 1e-2
+    assert (lse - l_ref).abs().max().item() < 1e-2 * max(1.0, l_ref.abs().max().item())
+
+
+@pytest.mark.parametrize("splits", [1, 2, 3, 7])
+def test_split_prefix_matches_the_reference(splits, monkeypatch):
+    """The 2:4 blocks in ``splits`` parts (uneven where the count does not divide them), merged with the Triton part;
+    no row is recomputed on ordinary inputs."""
+    recomputed = []
+    monkeypatch.setattr(cuda_prefill, "exact_rows", lambda *a: recomputed.append(a[1]))
+    split_prefix_matches_the_reference(prefill_inputs(32, 8, 128, torch.bfloat16, 200, 3000, 1.0, 1.0), 3000, splits)
+    assert recomputed == []
+
+
+@pytest.mark.parametrize("splits", [1, 3])
+def test_rows_whose_exponentials_underflow_are_recomputed(splits, monkeypatch):
+    """A key a thousand times longer than the others, orthogonal to KV head 0's queries, sets their static offset
+    some 1400 (log2) above every score: the kernel's exponentials all flush to zero there, and those rows (and only
+    those) get their CUDA part again, exactly."""
+    recomputed = []
+    exact = cuda_prefill.exact_rows
+    monkeypatch.setattr(cuda_prefill, "exact_rows", lambda *a: recomputed.append(a[1].clone()) or exact(*a))
+    inputs = prefill_inputs(32, 8, 128, torch.bfloat16, 100, 2048, 1.0, 1.0)
+    k_pool, k_index, q = inputs[0], inputs[2], inputs[4]
+    slot = ~k_index[0, 5].item()
+    k_pool.values[slot, 7] = 0
+    k_pool.values[slot, 7, 0] = 1000.0  # one of d 0 .. 3, as the metadata says
+    q[:, :4, :4] = 0  # KV head 0's query heads
+    split_prefix_matches_the_reference(inputs, 2048, splits)
+    assert len(recomputed) == 1 and sorted(recomputed[0][:, 1].unique().tolist()) == [0, 1, 2, 3]
+    assert len(recomputed[0]) == 100 * 4
 
 
 def test_cuda_refuses_what_it_cannot_run():

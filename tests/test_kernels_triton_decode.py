@@ -87,7 +87,7 @@ sys.path.insert(0, sys.argv[1])
 from hs_kernels import attention as ref, gpu
 
 results = []
-for t, h, d, splits, split_major in json.loads(sys.argv[2]):
+for t, h, d, splits, split_major, per in json.loads(sys.argv[2]):
     gen = torch.Generator().manual_seed(len(results))
     shape = (splits, t, h) if split_major else (t, h, splits)
     o = torch.randn(*shape, d, generator=gen).to(torch.float16)
@@ -97,7 +97,7 @@ for t, h, d, splits, split_major in json.loads(sys.argv[2]):
     lse_part[1, 0] = float("-inf")  # a row whose partials all lack keys
     out = torch.full((t, h, d), float("nan"), dtype=torch.float16)
     lse_out = torch.full((t, h), float("nan"))
-    gpu._merge_splits(o_part, lse_part, out, lse_out)
+    gpu._merge_splits(o_part, lse_part, out, lse_out, rows_per_program=per)
     r_out, r_lse = o_part[:, :, 0], lse_part[:, :, 0]
     for s in range(1, splits):
         r_out, r_lse = ref.merge_attention(r_out, r_lse, o_part[:, :, s], lse_part[:, :, s])
@@ -112,8 +112,10 @@ print(json.dumps(results))
 
 def test_split_merge_reads_partials_at_any_split_stride():
     """The combine merges partials laid out split-major ([splits, rows, D], the prefill's CUDA prefix path) as it does
-    split-minor ones (decode): the reference's pairwise merge, rows whose partials all lack keys -inf and 0."""
-    cases = [(5, 3, 64, 2, True), (4, 2, 128, 3, False), (3, 4, 64, 2, False)]
+    split-minor ones (decode), one row per program or several (the last program's rows part past the end): the
+    reference's pairwise merge, rows whose partials all lack keys -inf and 0."""
+    cases = [(5, 3, 64, 2, True, None), (4, 2, 128, 3, False, None), (3, 4, 64, 2, False, None), (5, 3, 64, 3, True, 4),
+             (7, 2, 64, 5, True, 8)]
     results = interpret(MERGE_SCRIPT, cases)
     for case, r in zip(cases, results):
         assert r["out_err"] < 2e-3 and r["lse_err"] < 1e-5, (case, r)

@@ -262,7 +262,9 @@ __global__ void __launch_bounds__(BS) key_norms(const uint16_t* __restrict__ key
 // units); status: nothing is done where it is set (key_norms found an entry that is not a 2:4 slot); out [t, h_q, 128] bf16, lse [t, h_q] float32 (natural log; NaN where the row's sum of
 // exponentials fell below min_sum: too few of its scores were kept to trust it); index maps [h_kv, nb], every entry
 // sparse; q_pos0 < 0: no mask, else query token i sits at position q_pos0 + i of the prefix and sees the keys at or
-// before it
+// before it. Split z of gridDim.z (2:4 keys without a mask only) attends blocks z nb / splits .. (z + 1) nb / splits - 1 into out and
+// lse's z-th [t, h_q] part; a part without keys (or whose exponentials all flushed to zero) gets out 0, lse -inf
+// where min_sum is 0
 template <bool K_DENSE>
 __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
     const __nv_bfloat16* __restrict__ q, const uint16_t* __restrict__ k_vals, const uint32_t* __restrict__ k_meta,
@@ -280,7 +282,10 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
     // causal: the tiles with the most blocks first; this CTA reads the blocks up to its last token's
     const bool causal = q_pos0 >= 0;
     const int tile = causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
-    const int nbc = causal ? min(nb, (q_pos0 + min(t_len, (tile + 1) * TOKENS) - 1) / BS + 1) : nb;
+    // split z's blocks (2:4 keys only: the dense-key loop ran 3-10 % slower for the split's arithmetic alone)
+    const int split = K_DENSE ? 0 : blockIdx.z, first = split * nb / gridDim.z;
+    const int nbc = causal ? min(nb, (q_pos0 + min(t_len, (tile + 1) * TOKENS) - 1) / BS + 1)
+                           : K_DENSE ? nb : (split + 1) * nb / gridDim.z - first;
     const uint32_t sbase = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
     const uint32_t full = sbase + L::BAR_OFF, empty = full + STAGES * 8;
     if (tid == 0) {
@@ -302,8 +307,8 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
     }
     async_proxy_fence();  // the Q^T stores, before wgmma reads them
     __syncthreads();
-    const int32_t* ki = k_index + (size_t)hk * nb;
-    const int32_t* vi = v_index + (size_t)hk * nb;
+    const int32_t* ki = k_index + (size_t)hk * nb + first;
+    const int32_t* vi = v_index + (size_t)hk * nb + first;
 
     if (wg == CONSUMERS) {  // the producer: one thread, block j into stage j % STAGES once the stage is free
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(PRODUCER_REGS));
@@ -316,8 +321,8 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
                 const int ke = k_next, ve = v_next;
                 if (j + 1 < nbc) k_next = K_DENSE ? 0 : ki[j + 1], v_next = vi[j + 1];
                 if (j >= STAGES) bar_wait(empty + 8 * (j % STAGES), (j / STAGES - 1) & 1);
-                stage_block<K_DENSE>(sbase + STAGE_OFF + (j % STAGES) * L::STAGE_BYTES, full + 8 * (j % STAGES), j, hk,
-                                     ke, ve, &k_map, &v_map, k_meta, v_meta);
+                stage_block<K_DENSE>(sbase + STAGE_OFF + (j % STAGES) * L::STAGE_BYTES, full + 8 * (j % STAGES),
+                                     first + j, hk, ke, ve, &k_map, &v_map, k_meta, v_meta);
             }
         }
         return;
@@ -496,8 +501,8 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
         const float total = K_DENSE ? red[ROWS + col] : red[col] + red[ROWS + col] + red[2 * ROWS + col] + red[3 * ROWS + col];
         const int token = token0 + col / G;
         if (token >= t_len) continue;
-        const size_t row = (size_t)token * h_q + hk * G + col % G;
-        const float inv = 1.f / total;
+        const size_t row = ((size_t)split * t_len + token) * h_q + hk * G + col % G;  // in split z's part
+        const float inv = K_DENSE ? 1.f / total : fminf(1.f / total, 3.4e38f);  // a part without keys: 0, not NaN
         #pragma unroll
         for (int mt = 0; mt < 2; mt++) {
             out[row * D + 64 * mt + 16 * w + g] = __float2bfloat16(o[mt][i] * inv);
@@ -567,7 +572,8 @@ static bool tensor_maps(bool k_dense, const void* keys, const void* v_vals, int 
 template <bool K_DENSE>
 static int run(const void* q, const void* keys, const void* k_meta, const void* v_vals, const void* v_meta,
                const int32_t* k_index, const int32_t* v_index, int k_slots, int v_slots, int* work, void* out,
-               float* lse, int t_len, int h_kv, int nb, float scale_log2, int q_pos0, float min_sum, cudaStream_t s) {
+               float* lse, int t_len, int h_kv, int nb, int splits, float scale_log2, int q_pos0, float min_sum,
+               cudaStream_t s) {
     using L = Layout<K_DENSE>;
     static const cudaError_t attr =
         cudaFuncSetAttribute(trans_both_sp<K_DENSE>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::SMEM);
@@ -577,7 +583,7 @@ static int run(const void* q, const void* keys, const void* k_meta, const void* 
     if (const cudaError_t e = cudaMemsetAsync(work, 0, (h_kv + 1) * sizeof(int), s)) return e;
     key_norms<K_DENSE><<<dim3(nb, h_kv), BS, 0, s>>>(static_cast<const uint16_t*>(keys), k_index, v_index, nb, k_slots,
                                                      v_slots, reinterpret_cast<unsigned*>(work), work + h_kv);
-    const dim3 grid((t_len + TOKENS - 1) / TOKENS, h_kv);
+    const dim3 grid((t_len + TOKENS - 1) / TOKENS, h_kv, splits);
     trans_both_sp<K_DENSE><<<grid, THREADS, L::SMEM, s>>>(
         static_cast<const __nv_bfloat16*>(q), static_cast<const uint16_t*>(keys), static_cast<const uint32_t*>(k_meta),
         static_cast<const uint16_t*>(v_vals), static_cast<const uint32_t*>(v_meta), k_index, v_index,
@@ -587,21 +593,22 @@ static int run(const void* q, const void* keys, const void* k_meta, const void* 
 }
 
 // 0 on success, else a cudaError_t (cudaErrorInvalidValue: a tensor map could not be encoded, or the queries'
-// positions do not fit the sequence). K: k_dense [64 nb, h_kv, 128] bf16 where not null (k_vals, k_meta, k_index
+// positions do not fit the sequence, or splits is not 1 .. nb for 2:4 keys without a mask, else 1). K: k_dense [64 nb, h_kv, 128] bf16 where not null (k_vals, k_meta, k_index
 // then unused), else the K pool's blocks. q_pos0 < 0: no mask; else query token i sits at position q_pos0 + i of the
 // sequence (0 <= q_pos0, q_pos0 + t_len <= 64 nb) and sees the keys at or before it. work: h_kv + 1 int32, the
 // longest keys (float bits) and the status, set 1 (and nothing else done) where an index entry in use is not a 2:4
-// slot of its pool of k_slots / v_slots.
+// slot of its pool of k_slots / v_slots. out and lse hold splits parts [t, h_q, ...] (trans_both_sp).
 extern "C" int hs_prefill_sp(const void* q, const void* k_dense, const void* k_vals, const void* k_meta,
                              const void* v_vals, const void* v_meta, const int32_t* k_index, const int32_t* v_index,
                              int k_slots, int v_slots, int* work, void* out, float* lse, int t_len, int h_kv, int nb,
-                             float scale_log2, int q_pos0, float min_sum, void* stream) {
+                             int splits, float scale_log2, int q_pos0, float min_sum, void* stream) {
     if (q_pos0 >= 0 && q_pos0 + t_len > BS * nb) return cudaErrorInvalidValue;
+    if (splits < 1 || splits > (q_pos0 >= 0 || k_dense ? 1 : nb)) return cudaErrorInvalidValue;
     const cudaStream_t s = static_cast<cudaStream_t>(stream);
     return k_dense ? run<true>(q, k_dense, k_meta, v_vals, v_meta, k_index, v_index, 1, v_slots, work, out, lse, t_len,
-                               h_kv, nb, scale_log2, q_pos0, min_sum, s)
+                               h_kv, nb, splits, scale_log2, q_pos0, min_sum, s)
                    : run<false>(q, k_vals, k_meta, v_vals, v_meta, k_index, v_index, k_slots, v_slots, work, out, lse,
-                                t_len, h_kv, nb, scale_log2, q_pos0, min_sum, s);
+                                t_len, h_kv, nb, splits, scale_log2, q_pos0, min_sum, s);
 }
 
 // CTAs per SM (the occupancy calculator on the built kernel for dense or 2:4 keys), -1 on an error
