@@ -4,7 +4,7 @@
 returns the same results; on CUDA float16/bfloat16 inputs of a supported shape it runs the CUDA kernel
 on the sparse tensor cores (``cuda_decode``) where ``cuda_decode_supported``, else the Triton kernel
 (``triton_decode``); anything else runs the reference.
-``prefill_attention`` likewise runs the Triton prefill kernel (``triton_prefill``), with a long chunk's cached 2:4
+``prefill_attention`` likewise runs the Triton prefill kernel (``triton_prefill``), with a chunk's cached 2:4
 prefix blocks on the CUDA Trans-Both kernel on the sparse tensor cores (``cuda_prefix_prefill``) where that pays.
 ``prefill_compressed_attention`` (the paper's prefill: the chunk's own tiles compressed first) runs the CUDA
 Trans-Both kernel on the sparse tensor cores (``cuda_prefill``) where every tile is 2:4, else the TileLang one
@@ -391,10 +391,11 @@ def prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 
 # "auto" takes the CUDA prefix path from CUDA_PREFIX_MIN_KEYS keys of 2:4 prefix blocks and CUDA_PREFIX_MIN_PAIRS query
 # tokens x those keys: the gain grows with the pairs, the host work (some 0.2-1 ms a call: two syncs, the merge, the
-# check) does not. On the H200 (kernels/BENCHMARKS.md, sixteenth session) 256 tokens and more after 32K won, 64 lost
-# (0.5x); after 8K nothing up to 8K tokens won by more than 5 %. A CTA walks its part of the prefix: a chunk whose CTAs
-# fill fewer than CUDA_PREFIX_MIN_WAVES waves splits the prefix among more (cuda_prefix_splits): the kernel's time over
-# 1-16 splits at 256 and 1K tokens after 32K fits waves x (blocks per split + 9) within 3 %
+# check) does not. On the H200 (kernels/BENCHMARKS.md, sixteenth session) after 32K 256 tokens and more won (1.07-1.38x),
+# 128 lost; after 16K 512 and more won by 1-8 %, 256 lost; after 8K nothing up to 8K tokens won by more than 5 %
+# (up to 4K it lost). A CTA walks its part of the prefix: a chunk whose CTAs fill fewer than CUDA_PREFIX_MIN_WAVES
+# waves splits the prefix among more (cuda_prefix_splits): the kernel's time over 1-16 splits at 256 and 1K tokens
+# after 32K fits waves x (blocks per split + 9) within 3 %
 CUDA_PREFIX_MIN_WAVES = 4
 CUDA_PREFIX_MIN_KEYS = 1 << 14
 CUDA_PREFIX_MIN_PAIRS = 1 << 23
