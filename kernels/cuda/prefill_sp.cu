@@ -13,7 +13,9 @@
 // handed over by mbarriers (full: one producer thread's expected bytes, brought by the tensor memory accelerator;
 // empty: every consumer thread, once its warpgroup's wgmmas that read the stage are done). The consumers
 // never wait for each other: three independent chains (S, exponentials, PV) per SM overlap better than two with
-// FA3's intra-warpgroup overlap (kernels/NOTES_GPU.md).
+// FA3's intra-warpgroup overlap (kernels/NOTES_GPU.md). Without a mask, 2:4 keys may be split among gridDim.z CTAs per
+// row tile (each a consecutive part of the blocks into its own out / lse part, merged by the caller): a short chunk
+// then fills the SMs.
 // The softmax offset of each row is static (|q| x its KV head's longest key x the scale, log2 units: at least the
 // row's largest score, by Cauchy-Schwarz; |q| is summed here as Q is staged): nothing is reduced
 // across keys or rescaled before the end, so the columns of S^T (the rows) need no exchange between warps. P^T goes
