@@ -264,9 +264,9 @@ __global__ void __launch_bounds__(BS) key_norms(const uint16_t* __restrict__ key
 // units); status: nothing is done where it is set (key_norms found an entry that is not a 2:4 slot); out [t, h_q, 128] bf16, lse [t, h_q] float32 (natural log; NaN where the row's sum of
 // exponentials fell below min_sum: too few of its scores were kept to trust it); index maps [h_kv, nb], every entry
 // sparse; q_pos0 < 0: no mask, else query token i sits at position q_pos0 + i of the prefix and sees the keys at or
-// before it. Split z of gridDim.z (2:4 keys without a mask only) attends blocks z nb / splits .. (z + 1) nb / splits - 1 into out and
-// lse's z-th [t, h_q] part; a part without keys (or whose exponentials all flushed to zero) gets out 0, lse -inf
-// where min_sum is 0
+// before it. Split z of gridDim.z (2:4 keys without a mask only) attends blocks z nb / splits .. (z + 1) nb / splits
+// - 1 into out and lse's z-th [t, h_q] part; a part without keys (or whose exponentials all flushed to zero) gets out 0,
+// lse -inf where min_sum is 0
 template <bool K_DENSE>
 __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
     const __nv_bfloat16* __restrict__ q, const uint16_t* __restrict__ k_vals, const uint32_t* __restrict__ k_meta,
@@ -595,8 +595,8 @@ static int run(const void* q, const void* keys, const void* k_meta, const void* 
 }
 
 // 0 on success, else a cudaError_t (cudaErrorInvalidValue: a tensor map could not be encoded, or the queries'
-// positions do not fit the sequence, or splits is not 1 .. nb for 2:4 keys without a mask, else 1). K: k_dense [64 nb, h_kv, 128] bf16 where not null (k_vals, k_meta, k_index
-// then unused), else the K pool's blocks. q_pos0 < 0: no mask; else query token i sits at position q_pos0 + i of the
+// positions do not fit the sequence, or splits is not 1 .. nb for 2:4 keys without a mask, else 1). K: k_dense
+// [64 nb, h_kv, 128] bf16 where not null (k_vals, k_meta, k_index then unused), else the K pool's blocks. q_pos0 < 0: no mask; else query token i sits at position q_pos0 + i of the
 // sequence (0 <= q_pos0, q_pos0 + t_len <= 64 nb) and sees the keys at or before it. work: h_kv + 1 int32, the
 // longest keys (float bits) and the status, set 1 (and nothing else done) where an index entry in use is not a 2:4
 // slot of its pool of k_slots / v_slots. out and lse hold splits parts [t, h_q, ...] (trans_both_sp).
