@@ -380,25 +380,26 @@ def prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         raise ValueError("kernel='cuda' needs bf16 queries of head_dim 128 with a GQA ratio dividing "
                          f"{cp.ROWS} on sm_90 with nvcc, 2:4 slots in both pools and a full prefix block")
     if kernel == "cuda" or (kernel == "auto" and cuda_prefix_pays(q, k_pool, v_pool, k_index, prefix_len)):
-        sparse, rest = cuda_prefix_blocks(k_index, v_index, prefix_len)
+        sparse, rest, kinds = cuda_prefix_blocks(k_index, v_index, prefix_len)
         if len(sparse) and (kernel == "cuda" or cuda_prefix_worth(q.shape[0], BLOCK_SIZE * len(sparse))):
             return cuda_prefix_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len, scale, sparse, rest,
-                                       **options)
+                                       kinds, **options)
         if kernel == "cuda":
             raise ValueError("kernel='cuda' found no prefix block that is 2:4 in K and V for every KV head")
     return triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len, scale, **options)
 
 
 # "auto" takes the CUDA prefix path from CUDA_PREFIX_MIN_KEYS keys of 2:4 prefix blocks and CUDA_PREFIX_MIN_PAIRS query
-# tokens x those keys: the gain grows with the pairs, the host work (some 0.2-1 ms a call: two syncs, the merge, the
-# check) does not. On the H200 (kernels/BENCHMARKS.md, sixteenth session) after 32K 256 tokens and more won (1.07-1.38x),
-# 128 lost; after 16K 512 and more won by 1-8 %, 256 lost; after 8K nothing up to 8K tokens won by more than 5 %
-# (up to 4K it lost). A CTA walks its part of the prefix: a chunk whose CTAs fill fewer than CUDA_PREFIX_MIN_WAVES
-# waves splits the prefix among more (cuda_prefix_splits): the kernel's time over 1-16 splits at 256 and 1K tokens
-# after 32K fits waves x (blocks per split + 9) within 3 %
+# tokens x those keys: the gain grows with the pairs, the host work (some 0.2-1 ms a call: two syncs, the Triton part,
+# the merge, the check) does not. On the H200 (kernels/BENCHMARKS.md, sixteenth session) 8K chunks won after 16K and
+# 32K prefixes (1.08-1.21x) whatever the prefix's last blocks; chunks of 256-1K tokens won after a 32K prefix of whole
+# 2:4 blocks (1.07-1.38x, once 0.78x) but lost where the prefix ends in a partial block or dense blocks, as served
+# prefixes do (0.86-0.96x: the Triton part then has a prefix of its own). A CTA walks its part of the prefix: a chunk
+# whose CTAs fill fewer than CUDA_PREFIX_MIN_WAVES waves splits the prefix among more (cuda_prefix_splits): the
+# kernel's time over 1-16 splits at 256 and 1K tokens after 32K fits waves x (blocks per split + 9) within 3 %
 CUDA_PREFIX_MIN_WAVES = 4
 CUDA_PREFIX_MIN_KEYS = 1 << 14
-CUDA_PREFIX_MIN_PAIRS = 1 << 23
+CUDA_PREFIX_MIN_PAIRS = 1 << 27
 CUDA_PREFIX_SPLIT_OVERHEAD_BLOCKS = 9  # a CTA's fixed cost (Q, the pipeline's fill, its part's output) in blocks
 
 
@@ -434,25 +435,29 @@ def cuda_prefix_splits(t: int, h_q: int, h_kv: int, blocks: int, device: torch.d
     return wave_splits(ctas, blocks, slots, CUDA_PREFIX_SPLIT_OVERHEAD_BLOCKS)
 
 
-def cuda_prefix_blocks(k_index: torch.Tensor, v_index: torch.Tensor, prefix_len: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(sparse, rest)``: the positions of the prefix's full blocks that are 2:4 in K and V for every KV head, and
-    the prefix's other blocks (the partial last one among them), each ascending; one host sync."""
-    full, used = prefix_len // BLOCK_SIZE, -(-prefix_len // BLOCK_SIZE)
-    both = ((k_index[:, :full] < 0) & (v_index[:, :full] < 0)).all(0)
+def cuda_prefix_blocks(k_index: torch.Tensor, v_index: torch.Tensor,
+                       prefix_len: int) -> tuple[torch.Tensor, torch.Tensor, tuple[int, int]]:
+    """``(sparse, rest, kinds)``: the positions of the prefix's full blocks that are 2:4 in K and V for every KV head,
+    the prefix's other blocks (the partial last one among them), each ascending, and the kinds of the rest's K and V
+    entries (``_entry_kinds``); one host sync."""
+    used = -(-prefix_len // BLOCK_SIZE)
+    ki, vi = k_index[:, :used], v_index[:, :used]
+    full = torch.arange(used, device=k_index.device) < prefix_len // BLOCK_SIZE
+    both = ((ki < 0) & (vi < 0)).all(0) & full
     order = torch.argsort(both.to(torch.int8), stable=True)  # the other blocks first, then the 2:4 ones
-    n = int(both.sum())
-    tail = torch.arange(full, used, device=k_index.device)
-    return order[full - n:], torch.cat((order[:full - n], tail))
+    flags = _entry_flags(ki, vi, ~both)
+    n, *has = torch.cat((both.sum()[None], flags)).tolist()
+    return order[used - n:], order[:used - n], _kinds(has)
 
 
 def cuda_prefix_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len: int, scale: float,
-                        sparse: torch.Tensor, rest: torch.Tensor, splits: int | None = None,
+                        sparse: torch.Tensor, rest: torch.Tensor, kinds: tuple[int, int], splits: int | None = None,
                         **options) -> tuple[torch.Tensor, torch.Tensor]:
     """``prefill_attention`` on checked inputs as parts merged by log-sum-exp: the prefix blocks at ``sparse`` (2:4 in
-    K and V for every KV head, ``cuda_prefix_blocks``) by the CUDA kernel without a mask, in ``splits`` parts (default
-    ``cuda_prefix_splits``), and the chunk after the prefix blocks at ``rest`` (ascending; the partial last block, if
-    any, last) by the Triton kernel with ``options``. One host sync. Raises ValueError where an entry at ``sparse`` is
-    not a slot of its pool."""
+    K and V for every KV head) by the CUDA kernel without a mask, in ``splits`` parts (default ``cuda_prefix_splits``),
+    and the chunk after the prefix blocks at ``rest`` (ascending; the partial last block, if any, last; their entries'
+    ``kinds``) by the Triton kernel with ``options``: ``cuda_prefix_blocks``'s three. One host sync. Raises ValueError
+    where an entry at ``sparse`` is not a slot of its pool."""
     t, h_q, d = q.shape
     splits = cuda_prefix_splits(t, h_q, k_index.shape[0], len(sparse), q.device) if splits is None else splits
     part_out = torch.empty(splits + 1, t, h_q, d, dtype=q.dtype, device=q.device)
@@ -463,7 +468,7 @@ def cuda_prefix_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len: i
     # the CUDA part is launched first, the Triton part's host work (much Python) then runs while the GPU is busy
     work = cp.launch(q, keys, values, scale, None, part_out[:splits], part_lse[:splits], splits=splits, flag=False)
     triton_prefill(q, k, v, k_pool, v_pool, k_index[:, rest], v_index[:, rest], prefix_len - BLOCK_SIZE * len(sparse),
-                   scale, out=part_out[splits], lse=part_lse[splits], **options)
+                   scale, out=part_out[splits], lse=part_lse[splits], kinds=kinds, **options)
     out = torch.empty_like(q)
     lse = torch.empty(t, h_q, dtype=torch.float32, device=q.device)
     _merge_splits(part_out.permute(1, 2, 0, 3), part_lse.permute(1, 2, 0), out, lse)
@@ -505,14 +510,25 @@ def prefill_compressed_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
 
 
 def _entry_kinds(k_index: torch.Tensor, v_index: torch.Tensor, used: int) -> tuple[int, int]:
-    """Kinds (dense 1, sparse 2, both 3) of the first ``used`` K and V entries, with one host sync."""
+    """Kinds (dense 1, sparse 2, both 3; dense where there is none) of the first ``used`` K and V entries, with one
+    host sync."""
+    return _kinds(_entry_flags(k_index[:, :used], v_index[:, :used]).tolist() if used else [0] * 4)
+
+
+def _entry_flags(ki: torch.Tensor, vi: torch.Tensor, blocks: torch.Tensor | None = None) -> torch.Tensor:
+    """Whether K's entries ``ki [H_kv, n]`` (of the ``blocks`` where given, bool ``[n]``) hold dense ones, sparse ones,
+    then V's likewise: ``[4]`` int64 on their device, no host sync."""
+    flags = torch.stack((ki >= 0, ki < 0, vi >= 0, vi < 0))
+    if blocks is not None:
+        flags &= blocks
+    return flags.flatten(1).any(1).long()
+
+
+def _kinds(has) -> tuple[int, int]:
+    """``_entry_flags`` (as a list) as the kinds of K and V: dense 1, sparse 2, both 3, dense where there is none."""
     from .triton_blocks import DENSE, SPARSE
 
-    if used == 0:
-        return DENSE, DENSE
-    ki, vi = k_index[:, :used], v_index[:, :used]
-    has = torch.stack(((ki >= 0).any(), (ki < 0).any(), (vi >= 0).any(), (vi < 0).any())).tolist()
-    return DENSE * has[0] | SPARSE * has[1], DENSE * has[2] | SPARSE * has[3]
+    return DENSE * has[0] | SPARSE * has[1] or DENSE, DENSE * has[2] | SPARSE * has[3] or DENSE
 
 
 def prefill_tiles(t: int, h_q: int, h_kv: int, block_m: int = 128, heads: int | None = None) -> tuple[int, int]:
@@ -540,7 +556,7 @@ def triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len: int, s
                    block_m: int | None = None, num_warps: int | None = None, num_stages: int | None = None,
                    select: bool = False, out=None, lse=None, splits: int | None = None, chunk_n: int | None = None,
                    heads: int | None = None, densify: bool | None = None, prefix_n: int | None = None,
-                   tma: bool | None = None):
+                   tma: bool | None = None, kinds: tuple[int, int] | None = None):
     """Launch the Triton prefill on checked inputs (also under Triton's CPU interpreter, as
     ``triton_decode``). The kernel variant follows the prefix's entries: all dense, all sparse or
     mixed (``select``: the mixed variant picks a block's copy by a select, not a branch).
@@ -554,8 +570,9 @@ def triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len: int, s
     ``prefill_densify``); with ``tma`` and 128-key prefix tiles any prefix is copied by default, every operand,
     so that each block pair is one bulk copy at a place known without the index maps. ``prefix_n``: keys per tile of a dense prefix (64, or 128: two blocks, at most
     ``block_m``; default ``prefill_prefix_n``; a prefix with 2:4 blocks, unless densified, takes 64). ``tma``: the
-    chunk's keys and values loaded as tensor-descriptor tiles (default ``prefill_tma``). Launch options left None
-    take ``prefill_launch``'s defaults for the head_dim."""
+    chunk's keys and values loaded as tensor-descriptor tiles (default ``prefill_tma``). ``kinds``: the used entries'
+    kinds (K, V) as ``_entry_kinds`` gives them, where the caller has them (no host sync then). Launch options left
+    None take ``prefill_launch``'s defaults for the head_dim."""
     from . import triton_prefill as tp
     from .triton_blocks import DENSE, LOG2E, SPARSE
 
@@ -584,7 +601,7 @@ def triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len: int, s
     if prefix_tma:
         densify, k_mode, v_mode = True, _pool_kinds(k_pool), _pool_kinds(v_pool)
     else:
-        k_mode, v_mode = _entry_kinds(k_index, v_index, used)
+        k_mode, v_mode = kinds or _entry_kinds(k_index, v_index, used)
         if densify is None:
             densify = prefill_densify(programs // h_kv, DENSE | SPARSE in (k_mode, v_mode), h_kv, used, d,
                                       q.element_size())

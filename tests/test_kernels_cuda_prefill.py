@@ -72,17 +72,24 @@ def test_kernel_builds_for_hopper(group, tmp_path):
 
 def test_prefix_blocks_split_by_kind():
     """The full prefix blocks 2:4 in K and V for every KV head go to the kernel; the others, the partial last block
-    among them, stay in order for the Triton kernel."""
+    among them, stay in order for the Triton kernel, with their entries' kinds."""
     k_index = ~torch.arange(14, dtype=torch.int32).view(2, 7)
     v_index = ~torch.arange(14, dtype=torch.int32).view(2, 7)
     k_index[1, 2] = 0  # a dense entry in one head
     v_index[0, 4] = 3
-    sparse, rest = gpu.cuda_prefix_blocks(k_index, v_index, 64 * 6 + 5)
-    assert sparse.tolist() == [0, 1, 3, 5] and rest.tolist() == [2, 4, 6]
-    sparse, rest = gpu.cuda_prefix_blocks(k_index, v_index, 64 * 6)
-    assert sparse.tolist() == [0, 1, 3, 5] and rest.tolist() == [2, 4]
-    sparse, rest = gpu.cuda_prefix_blocks(k_index, v_index, 63)
-    assert sparse.tolist() == [] and rest.tolist() == [0]
+
+    def split(prefix_len):
+        sparse, rest, kinds = gpu.cuda_prefix_blocks(k_index, v_index, prefix_len)
+        return sparse.tolist(), rest.tolist(), kinds
+
+    assert split(64 * 6 + 5) == ([0, 1, 3, 5], [2, 4, 6], (3, 3))
+    assert split(64 * 6) == ([0, 1, 3, 5], [2, 4], (3, 3))
+    assert split(64 * 5) == ([0, 1, 3], [2, 4], (3, 3))
+    assert split(64 * 4) == ([0, 1, 3], [2], (3, 2))
+    assert split(64 * 2) == ([0, 1], [], (1, 1))
+    assert split(63) == ([], [0], (2, 2))
+    k_index[:, 0], v_index[:, 0] = 5, 6  # a dense block in every head
+    assert split(64 * 2) == ([1], [0], (1, 1))
 
 
 def test_builds_exist_for_head_dim_128_and_gqa_ratios_dividing_64():
