@@ -404,7 +404,8 @@ def main(argv=None):
                     "--tokens 2:4 prefix, densify off vs on")
     ap.add_argument("--cuda-prefix-chunks", default="", help="also time chunks of these many tokens (a list) after a "
                     "2:4 prefix (of --tokens, or each of --cuda-prefixes), Triton alone vs the prefix on the CUDA kernel")
-    ap.add_argument("--cuda-prefixes", default="", help="the prefix lengths of --cuda-prefix-chunks (a list)")
+    ap.add_argument("--cuda-prefixes", default="", help="the prefix lengths of --cuda-prefix-chunks (a list; a served "
+                    "prefix ends inside a block, e.g. 32778, which the Triton part then attends too)")
     ap.add_argument("--cuda-prefix-splits", default="", help="also time --cuda-prefix-chunks at these split counts of "
                     "the CUDA part (a list)")
     ap.add_argument("--prebuild", action="store_true")
