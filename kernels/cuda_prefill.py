@@ -142,8 +142,9 @@ def settle(q, k: SparseBlocks | torch.Tensor, v: SparseBlocks, work, scale: floa
            out: torch.Tensor, lse: torch.Tensor, fallback: bool = True) -> None:
     """``launch``'s results (``work``: what it returned) made final, with one host sync: ValueError where it refused an index entry; ``fallback``:
     the rows it marked with a NaN ``lse`` recomputed (``exact_rows``)."""
-    if check(work, lse.isnan()) and fallback:
-        exact_rows(q, lse.isnan().nonzero(), k, v, scale, q_pos0, out, lse)
+    lost = lse.isnan()
+    if check(work, lost) and fallback:
+        exact_rows(q, lost.nonzero(), k, v, scale, q_pos0, out, lse)
 
 
 def check(work: torch.Tensor, lost: torch.Tensor) -> bool:

@@ -471,13 +471,14 @@ def cuda_prefix_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len: i
                    scale, out=part_out[splits], lse=part_lse[splits], kinds=kinds, **options)
     out = torch.empty_like(q)
     lse = torch.empty(t, h_q, dtype=torch.float32, device=q.device)
-    _merge_splits(part_out.permute(1, 2, 0, 3), part_lse.permute(1, 2, 0), out, lse)
+    parts = (part_out.permute(1, 2, 0, 3), part_lse.permute(1, 2, 0))  # [t, h_q, part, ...]: the merge's layout
+    _merge_splits(*parts, out, lse)
     lost = cp.lost_rows(q, work, scale, lse)
     if cp.check(work, lost):  # exponentials the kernel flushed may count there: those rows' CUDA part again, exactly
         rows = lost.nonzero()
         cp.exact_rows(q, rows, keys, values, scale, None, part_out[0], part_lse[0])
         part_lse[1:splits, rows[:, 0], rows[:, 1]] = float("-inf")
-        _merge_splits(part_out.permute(1, 2, 0, 3), part_lse.permute(1, 2, 0), out, lse)
+        _merge_splits(*parts, out, lse)
     return out, lse
 
 

@@ -59,24 +59,9 @@ class HSAttnBackend(AttentionBackend):
         if not isinstance(self.pool, HSKVPool):
             raise RuntimeError("attention backend 'hs' needs the hs KV pool; start through sglang_hs (plugin not loaded in this process?)")
         self.settings: HSSettings = self.pool.settings
-        if self.settings.decode_kernel != "triton" and self.device != "cpu" and any(s.n_r for s in self.pool.layers):
-            from hs_kernels import cuda_decode
-
+        if self.device != "cpu" and any(s.n_r for s in self.pool.layers):
             cfg = model_runner.model_config
-            fits = cuda_decode.supports(self.pool.head_dim, cfg.num_attention_heads // cfg.num_key_value_heads)
-            if self.settings.decode_kernel == "cuda" and not fits:
-                raise RuntimeError(f"--hs-decode-kernel cuda needs nvcc (set CUDA_HOME), an sm_80+ GPU, head_dim in "
-                                   f"{cuda_decode.HEAD_DIMS} and at most {cuda_decode.MAX_GROUP} query heads per KV head")
-            if (fits and self.pool.dtype in (torch.float16, torch.bfloat16)
-                    and (self.settings.decode_kernel == "cuda" or cuda_decode.built())):
-                cuda_decode.warm_up(self.pool.head_dim, self.pool.dtype, torch.device(self.device))
-        if self.device != "cpu" and self.pool.dtype == torch.bfloat16 and any(s.n_r for s in self.pool.layers):
-            from hs_kernels import cuda_prefill
-
-            cfg = model_runner.model_config
-            group = cfg.num_attention_heads // cfg.num_key_value_heads
-            if cuda_prefill.fits(self.pool.head_dim, group):
-                cuda_prefill.built(group)  # nvcc now, not under the first long chunk after a cached prefix
+            self._prepare_kernels(cfg.num_attention_heads // cfg.num_key_value_heads)
         self._heads = {}
         # decode streaming keys (hs_kernels.streaming_keys for every sequence at once): sink pages, then
         # whole pages covering any window
@@ -158,6 +143,23 @@ class HSAttnBackend(AttentionBackend):
             raise ValueError("attention backend 'hs' supports plain causal self-attention only (no cross attention, logit cap or sliding window)")
         if layer.qk_head_dim != layer.v_head_dim:
             raise ValueError("attention backend 'hs' needs equal K and V head dims")
+
+    def _prepare_kernels(self, group: int) -> None:
+        """At start-up, for the retrieval groups on the GPU (``group`` query heads per KV head): check
+        ``--hs-decode-kernel cuda``, and build (or load) the CUDA decode and prefill kernels where they apply, so that
+        no request waits on nvcc."""
+        from hs_kernels import cuda_decode, cuda_prefill
+
+        if self.settings.decode_kernel != "triton":
+            fits = cuda_decode.supports(self.pool.head_dim, group)
+            if self.settings.decode_kernel == "cuda" and not fits:
+                raise RuntimeError(f"--hs-decode-kernel cuda needs nvcc (set CUDA_HOME), an sm_80+ GPU, head_dim in "
+                                   f"{cuda_decode.HEAD_DIMS} and at most {cuda_decode.MAX_GROUP} query heads per KV head")
+            if (fits and self.pool.dtype in (torch.float16, torch.bfloat16)
+                    and (self.settings.decode_kernel == "cuda" or cuda_decode.built())):
+                cuda_decode.warm_up(self.pool.head_dim, self.pool.dtype, torch.device(self.device))
+        if self.pool.dtype == torch.bfloat16 and cuda_prefill.fits(self.pool.head_dim, group):
+            cuda_prefill.built(group)  # nvcc now, not under the first long chunk after a cached prefix
 
     def _save(self, layer, forward_batch, k, v, save_kv_cache):
         if save_kv_cache and k is not None and v is not None:

@@ -105,17 +105,6 @@ __device__ __forceinline__ void wgmma_sp(float (&d)[32], uint64_t a, uint64_t b,
                      : HS_OUT32(HS_SET) : "l"(a), "l"(b), "r"(e));
 }
 
-// D (+)= A . B, dense, m64n64k16; ACC as wgmma_sp's
-template <bool ACC = true>
-__device__ __forceinline__ void wgmma_dense(float (&d)[32], uint64_t a, uint64_t b) {
-    if constexpr (ACC)
-        asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " HS_D32 ", %32, %33, 1, 1, 1, 0, 0;"
-                     : HS_OUT32(HS_ACC) : "l"(a), "l"(b));
-    else
-        asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " HS_D32 ", %32, %33, 0, 1, 1, 0, 0;"
-                     : HS_OUT32(HS_SET) : "l"(a), "l"(b));
-}
-
 // D (+)= A . B, dense, m64n64k16, A from registers (this warp's 16 rows x 16 k as ldmatrix gives them); ACC as
 // wgmma_sp's
 template <bool ACC = true>
