@@ -3,7 +3,7 @@ serving path) and the TileLang Trans-Both kernel (``tl_prefill``, sparse tensor 
 
     python -m hs_kernels.bench_prefill [--tokens 32768] [--chunk 8192] [--triton-configs 128:8:2,64:4:2]
         [--variants 128:mn:128:column,128:mn:128:warp] [--no-tilelang] [--prebuild] [--question 64]
-        [--densify-chunks 64,512,4096]
+        [--densify-chunks 64,512,4096] [--densify-prefixes 74,1034,8202]
 
 Triton rows: the sequence prefilled in chunks of ``--chunk`` tokens, as SGLang's chunked prefill
 runs it, each chunk against the previous chunks stored in the pools with block sparsity S_K / S_V
@@ -335,28 +335,48 @@ def bench_question(prefix: int, t: int) -> None:
                 print(f"| {sk}/{sv} | {hg} | {n} | {ms:.3f} | {cudnn / ms:.2f}x | {one / ms:.2f}x |", flush=True)
 
 
-def bench_densify(prefix: int, lengths) -> None:
-    """Where copying a 2:4 prefix dense first (``densify``) starts to pay: chunks of ``lengths`` tokens
-    after a cached ``prefix``, default launch, densify off vs on, and what ``prefill_densify`` picks."""
+def bench_densify(prefixes, lengths) -> None:
+    """Where copying the prefix dense first (``densify``) starts to pay: chunks of ``lengths`` tokens after a cached
+    prefix of each of ``prefixes`` tokens stored at S = 1/1, 0.5/0.5 and 0/0 (for an all-dense prefix "on" is the
+    copy the TMA path makes), default launch, off / on / default alternated three times (the fastest of each), and
+    whether the default copied (``gpu.prefill_densify``, ``gpu.prefix_copy_pays`` on the TMA path)."""
     from hs_kernels import gpu
 
     gen = torch.Generator(device="cuda")
     gen.manual_seed(2)
-    pk, pv = (torch.randn(prefix, H_KV, D, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(2))
-    print(f"\nChunks after a {prefix}-token 2:4 prefix: densify off / on (default launch)\n"
-          "| prefix S_K/S_V | chunk tokens | readers per block | off ms | on ms | off / on | default |\n"
-          "|---|---|---|---|---|---|---|", flush=True)
-    for sk, sv in ((1, 1), (0.5, 0.5)):
-        (k_pool, k_idx), (v_pool, v_idx) = _pools_at(pk, "k", sk, gen), _pools_at(pv, "v", sv, gen)
-        for t in lengths:
-            q, k, v = (torch.randn(t, h, D, device="cuda", dtype=torch.bfloat16, generator=gen) for h in (H_Q, H_KV, H_KV))
-            run = lambda on: lambda: gpu.triton_prefill(q, k, v, k_pool, v_pool, k_idx, v_idx, prefix,  # noqa: E731
-                                                        D ** -0.5, densify=on)
-            off, on = timeit(run(False), iters=20), timeit(run(True), iters=20)
-            readers = gpu.prefill_programs(t, H_Q, H_KV, gpu.prefill_launch(D)[0]) // H_KV
-            auto = gpu.prefill_densify(readers, 3 in gpu._entry_kinds(k_idx, v_idx, prefix // 64), H_KV, prefix // 64, D, 2)
-            print(f"| {sk}/{sv} | {t} | {readers} | {off:.3f} | {on:.3f} | {off / on:.2f}x | {'on' if auto else 'off'} |",
-                  flush=True)
+    print("\nChunks after a cached prefix: densify off / on / default (default launch)\n"
+          "| prefix | S_K/S_V | chunk tokens | readers x blocks | off ms | on ms | off / on | default ms | default |\n"
+          "|---|---|---|---|---|---|---|---|---|", flush=True)
+    for prefix in prefixes:
+        pk, pv = (torch.randn(prefix, H_KV, D, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(2))
+        used = -(-prefix // 64)
+        for sk, sv in ((1, 1), (0.5, 0.5), (0, 0)):
+            (k_pool, k_idx), (v_pool, v_idx) = _pools_at(pk, "k", sk, gen), _pools_at(pv, "v", sv, gen)
+            for t in lengths:
+                q, k, v = (torch.randn(t, h, D, device="cuda", dtype=torch.bfloat16, generator=gen)
+                           for h in (H_Q, H_KV, H_KV))
+                run = lambda on: lambda: gpu.triton_prefill(q, k, v, k_pool, v_pool, k_idx, v_idx,  # noqa: E731
+                                                            prefix, D ** -0.5, densify=on)
+                times = {on: [] for on in (False, True, None)}
+                for _ in range(3):
+                    for on in times:
+                        times[on].append(timeit(run(on), iters=15))
+                off, on, default = (min(times[x]) for x in (False, True, None))
+                readers = gpu.prefill_programs(t, H_Q, H_KV, gpu.prefill_launch(D)[0]) // H_KV
+                picks = _copies(gpu, run(None))
+                print(f"| {prefix} | {sk}/{sv} | {t} | {readers * used} | {off:.3f} | {on:.3f} | {off / on:.2f}x | "
+                      f"{default:.3f} | {'on' if picks else 'off'} |", flush=True)
+
+
+def _copies(gpu, fn) -> bool:
+    """Whether ``fn`` copies its prefix dense first (calls ``gpu._densified``)."""
+    copy, calls = gpu._densified, []
+    gpu._densified = lambda *a, **kw: calls.append(1) or copy(*a, **kw)
+    try:
+        fn()
+    finally:
+        gpu._densified = copy
+    return bool(calls)
 
 
 def bench_cuda_prefix(prefixes, lengths, splits=()) -> None:
@@ -402,6 +422,7 @@ def main(argv=None):
                     "--tokens prefix (0: skip)")
     ap.add_argument("--densify-chunks", default="", help="also time chunks of these many tokens (a list) after a "
                     "--tokens 2:4 prefix, densify off vs on")
+    ap.add_argument("--densify-prefixes", default="", help="the prefix lengths of --densify-chunks (a list)")
     ap.add_argument("--cuda-prefix-chunks", default="", help="also time chunks of these many tokens (a list) after a "
                     "2:4 prefix (of --tokens, or each of --cuda-prefixes), Triton alone vs the prefix on the CUDA kernel")
     ap.add_argument("--cuda-prefixes", default="", help="the prefix lengths of --cuda-prefix-chunks (a list; a served "
@@ -426,7 +447,8 @@ def main(argv=None):
     if a.question:
         bench_question(a.tokens, a.question)
     if a.densify_chunks:
-        bench_densify(a.tokens, [int(x) for x in a.densify_chunks.split(",")])
+        bench_densify([int(x) for x in (a.densify_prefixes or str(a.tokens)).split(",")],
+                      [int(x) for x in a.densify_chunks.split(",")])
     if a.cuda_prefix_chunks:
         bench_cuda_prefix([int(x) for x in (a.cuda_prefixes or str(a.tokens)).split(",")],
                           [int(x) for x in a.cuda_prefix_chunks.split(",")],

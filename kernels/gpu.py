@@ -303,6 +303,12 @@ def prefill_launch(head_dim: int) -> tuple[int, int, int]:
 # with the densified prefix read two blocks per key tile (kernels/BENCHMARKS.md, eighth session): a prefix
 # mixing dense and sparse blocks from 4 (2: 0.75x, 4: 1.26x), an all-sparse one from 8 (4: 0.79x, 8: 1.16x)
 DENSIFY_MIN_READERS = {"mixed": 4, "sparse": 8}
+# block reads (readers x used prefix blocks) from which the copy's fixed cost (a copy kernel and some ten small ops) is
+# paid back, by what the prefix's entries hold, measured on the H200 (kernels/BENCHMARKS.md, seventeenth session): a
+# mixed prefix gained 1.14-1.26x from 1056-1152 (0.80x at 288), an all-2:4 one from 4104 (0.98x at 1056, 0.90x at
+# 1152), a dense one (where the TMA path copies it) 1.10x at 16512 (0.90x at 4224); below, 256-4096 token chunks after
+# 1-32 block prefixes ran 1.4-2.4x faster without the copy
+DENSIFY_MIN_BLOCK_READS = {"dense": 1 << 13, "mixed": 1 << 10, "sparse": 1 << 12}
 DENSIFY_MAX_BYTES = 1 << 30  # the transient dense copy of one call's prefix (K and V) at most
 
 
@@ -340,12 +346,28 @@ def prefix_copy_fits(h_kv: int, used: int, head_dim: int, itemsize: int) -> bool
     return 2 * h_kv * used * BLOCK_SIZE * head_dim * itemsize <= DENSIFY_MAX_BYTES
 
 
-def prefill_densify(readers: int, mixed: bool, h_kv: int, used: int, head_dim: int, itemsize: int) -> bool:
-    """Default of ``densify`` for a prefix with 2:4 blocks (``mixed``: K's or V's entries both dense
-    and sparse): when at least ``DENSIFY_MIN_READERS`` programs read each prefix block (query tiles x
-    head groups of one KV head) and the dense copy fits (``prefix_copy_fits``)."""
-    return (readers >= DENSIFY_MIN_READERS["mixed" if mixed else "sparse"]
-            and prefix_copy_fits(h_kv, used, head_dim, itemsize))
+def prefix_kind(k_mode: int, v_mode: int) -> str:
+    """"dense", "mixed" or "sparse": what a prefix whose K and V entries have kinds ``k_mode``, ``v_mode``
+    (``_entry_kinds``; dense 1, sparse 2, both 3) holds, as ``DENSIFY_MIN_READERS`` and ``DENSIFY_MIN_BLOCK_READS``
+    name it."""
+    from .triton_blocks import DENSE, SPARSE
+
+    if not (k_mode | v_mode) & SPARSE:
+        return "dense"
+    return "mixed" if DENSE | SPARSE in (k_mode, v_mode) else "sparse"
+
+
+def prefix_copy_pays(readers: int, kind: str, h_kv: int, used: int, head_dim: int, itemsize: int) -> bool:
+    """Whether copying ``used`` prefix blocks of ``kind`` (``prefix_kind``) dense first, each read by ``readers``
+    programs, can pay: at least ``DENSIFY_MIN_BLOCK_READS`` block reads, and the copy fits (``prefix_copy_fits``)."""
+    return readers * used >= DENSIFY_MIN_BLOCK_READS[kind] and prefix_copy_fits(h_kv, used, head_dim, itemsize)
+
+
+def prefill_densify(readers: int, kind: str, h_kv: int, used: int, head_dim: int, itemsize: int) -> bool:
+    """Default of ``densify`` for a prefix with 2:4 blocks (``kind`` "mixed": K's or V's entries both dense
+    and sparse, or "sparse"): when at least ``DENSIFY_MIN_READERS`` programs read each prefix block (query tiles x
+    head groups of one KV head) and the copy pays (``prefix_copy_pays``)."""
+    return readers >= DENSIFY_MIN_READERS[kind] and prefix_copy_pays(readers, kind, h_kv, used, head_dim, itemsize)
 
 
 def prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -568,7 +590,7 @@ def triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len: int, s
     ``heads``: query heads of one KV group per tile (``prefill_tiles``). ``densify``: when the prefix has
     2:4 blocks, copy its used blocks into a dense scratch pool first (``triton_prefill.densify_kernel``;
     transient memory: the prefix's K and V, dense) and run the dense variant on it (default
-    ``prefill_densify``); with ``tma`` and 128-key prefix tiles any prefix is copied by default, every operand,
+    ``prefill_densify``); with ``tma`` and 128-key prefix tiles any prefix is copied by default where ``prefix_copy_pays``, every operand,
     so that each block pair is one bulk copy at a place known without the index maps. ``prefix_n``: keys per tile of a dense prefix (64, or 128: two blocks, at most
     ``block_m``; default ``prefill_prefix_n``; a prefix with 2:4 blocks, unless densified, takes 64). ``tma``: the
     chunk's keys and values loaded as tensor-descriptor tiles (default ``prefill_tma``). ``kinds``: the used entries'
@@ -595,17 +617,20 @@ def triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len: int, s
     used = -(-prefix_len // BLOCK_SIZE)
     programs = prefill_programs(t, h_q, h_kv, block_m, hg)
     tma_pairs = tma and prefix_n == 2 * BLOCK_SIZE and prefix_len >= prefix_n
-    # under TMA pairs the prefix is copied whole whatever its blocks, so that each pair is one bulk copy at a known
-    # place (dense prefixes too: 4 x 8K chunked on the H200, 19.18 -> 16.40 ms, kernels/BENCHMARKS.md, eleventh
-    # session); the pools say which loads the copy needs, so no host sync for the entries' kinds
-    prefix_tma = tma_pairs and (densify or (densify is None and prefix_copy_fits(h_kv, used, d, q.element_size())))
+    # under TMA pairs a prefix whose copy pays is copied whole whatever its blocks, so that each pair is one bulk copy
+    # at a known place (dense prefixes too: 4 x 8K chunked on the H200, 19.18 -> 16.40 ms, kernels/BENCHMARKS.md, eleventh
+    # session); the pools say which loads the copy needs (and stand for the entries' kinds in its rule), so no host
+    # sync for the entries' kinds
+    pool_modes = _pool_kinds(k_pool), _pool_kinds(v_pool)
+    prefix_tma = tma_pairs and (densify or (densify is None and prefix_copy_pays(
+        programs // h_kv, prefix_kind(*pool_modes), h_kv, used, d, q.element_size())))
     if prefix_tma:
-        densify, k_mode, v_mode = True, _pool_kinds(k_pool), _pool_kinds(v_pool)
+        densify, (k_mode, v_mode) = True, pool_modes
     else:
         k_mode, v_mode = kinds or _entry_kinds(k_index, v_index, used)
         if densify is None:
-            densify = prefill_densify(programs // h_kv, DENSE | SPARSE in (k_mode, v_mode), h_kv, used, d,
-                                      q.element_size())
+            kind = prefix_kind(k_mode, v_mode)
+            densify = kind != "dense" and prefill_densify(programs // h_kv, kind, h_kv, used, d, q.element_size())
         densify = densify and bool((k_mode | v_mode) & SPARSE)  # an all-dense prefix stays where it is
     if densify:
         k_pool, v_pool, k_index, v_index = _densified(k_pool, v_pool, k_index, v_index, used, k_mode, v_mode, q.is_cuda,

@@ -140,16 +140,19 @@ def test_only_short_chunks_are_split():
 def test_long_chunks_copy_their_prefix_dense(monkeypatch):
     """By default a chunk whose programs read each prefix block many times copies a 2:4 prefix dense
     first (from ``gpu.TMA_MIN_TOKENS``, TMA, its dense operand too), and a dense prefix too from there (to be read
-    as TMA pairs); a short question's prefix is not copied."""
+    as TMA pairs) where it is read often enough (``gpu.DENSIFY_MIN_BLOCK_READS``); a short question's prefix is not
+    copied, nor a short prefix."""
     calls = []
     densified = gpu._densified
     monkeypatch.setattr(gpu, "_densified", lambda *a, **kw: calls.append(kw.get("every", False)) or densified(*a, **kw))
-    for t, p, expect in ((1000, 0.5, [False]), (1100, 0.5, [True]), (1100, 0.0, [True]), (1000, 0.0, []), (64, 0.5, [])):
+    for t, prefix, p, expect in ((1000, 3000, 0.5, [False]), (1100, 3000, 0.5, [True]), (1000, 3000, 0.0, []),
+                                 (64, 3000, 0.5, []), (1000, 640, 0.5, []), (1100, 3000, 0.0, []),
+                                 (2048, 12000, 0.0, [True])):
         calls.clear()
-        k_pool, v_pool, k_index, v_index, q, k, v, scale = prefill_inputs(32, 8, 128, torch.bfloat16, t, 3000, p, p)
-        out, _ = gpu.triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, 3000, scale)
-        assert calls == expect, (t, p)
-        o_ref, _ = ref.prefill_attention(q, k, v, k_pool, v_pool, k_index, v_index, 3000, scale)
+        k_pool, v_pool, k_index, v_index, q, k, v, scale = prefill_inputs(32, 8, 128, torch.bfloat16, t, prefix, p, p)
+        out, _ = gpu.triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix, scale)
+        assert calls == expect, (t, prefix, p)
+        o_ref, _ = ref.prefill_attention(q, k, v, k_pool, v_pool, k_index, v_index, prefix, scale)
         assert rel_err(out, o_ref) < 1e-2
 
 

@@ -127,7 +127,15 @@ def test_launch_defaults():
     assert gpu.prefill_chunk_n(0, 128) == 128 and gpu.prefill_chunk_n(0, 64) == 64 and gpu.prefill_chunk_n(640, 128) == 64
     assert gpu.prefill_chunk_n(640, 128, tma=True) == 128 and gpu.prefill_chunk_n(640, 64, tma=True) == 64
     assert gpu.prefill_prefix_n(128) == 128 and gpu.prefill_prefix_n(64) == 64
-    for mixed, n in ((True, gpu.DENSIFY_MIN_READERS["mixed"]), (False, gpu.DENSIFY_MIN_READERS["sparse"])):
-        assert not gpu.prefill_densify(n - 1, mixed, 8, 512, 128, 2) and gpu.prefill_densify(n, mixed, 8, 512, 128, 2)
+    for kind, n in gpu.DENSIFY_MIN_READERS.items():
+        assert not gpu.prefill_densify(n - 1, kind, 8, 2048, 128, 2) and gpu.prefill_densify(n, kind, 8, 2048, 128, 2)
+        # the copy's fixed cost: a short prefix stays where it is, whatever the readers
+        floor = -(-gpu.DENSIFY_MIN_BLOCK_READS[kind] // n)
+        assert gpu.prefill_densify(n, kind, 8, floor, 128, 2) and not gpu.prefill_densify(n, kind, 8, floor - 1, 128, 2)
+        assert not gpu.prefill_densify(64, kind, 8, gpu.DENSIFY_MIN_BLOCK_READS[kind] // 64 - 1, 128, 2)
         fits = gpu.DENSIFY_MAX_BYTES // (2 * 8 * 64 * 128 * 2)  # prefix blocks whose dense K and V fit the cap
-        assert gpu.prefill_densify(n, mixed, 8, fits, 128, 2) and not gpu.prefill_densify(n, mixed, 8, fits + 1, 128, 2)
+        assert gpu.prefill_densify(n, kind, 8, fits, 128, 2) and not gpu.prefill_densify(n, kind, 8, fits + 1, 128, 2)
+    assert gpu.prefix_kind(1, 1) == "dense" and gpu.prefix_kind(2, 2) == "sparse" and gpu.prefix_kind(1, 2) == "sparse"
+    assert gpu.prefix_kind(3, 1) == "mixed" and gpu.prefix_kind(2, 3) == "mixed"
+    assert gpu.prefix_copy_pays(64, "dense", 8, gpu.DENSIFY_MIN_BLOCK_READS["dense"] // 64, 128, 2)
+    assert not gpu.prefix_copy_pays(64, "dense", 8, gpu.DENSIFY_MIN_BLOCK_READS["dense"] // 64 - 1, 128, 2)
