@@ -306,8 +306,8 @@ DENSIFY_MIN_READERS = {"mixed": 4, "sparse": 8}
 # block reads (readers x used prefix blocks) from which the copy's fixed cost (a copy kernel and some ten small ops) is
 # paid back, by what the prefix's entries hold, measured on the H200 (kernels/BENCHMARKS.md, seventeenth session): a
 # mixed prefix gained 1.14-1.26x from 1056-1152 (0.80x at 288), an all-2:4 one from 4104 (0.98x at 1056, 0.90x at
-# 1152), a dense one (where the TMA path copies it) 1.10x at 16512 (0.90x at 4224); below, 256-4096 token chunks after
-# 1-32 block prefixes ran 1.4-2.4x faster without the copy
+# 1152), a dense one (where the TMA path copies it) 1.10x at 16512 (0.90x at 4224); 256-4096 token chunks after
+# 2:4 prefixes of 1-16 blocks ran 1.02-2.4x faster without the copy
 DENSIFY_MIN_BLOCK_READS = {"dense": 1 << 13, "mixed": 1 << 10, "sparse": 1 << 12}
 DENSIFY_MAX_BYTES = 1 << 30  # the transient dense copy of one call's prefix (K and V) at most
 
