@@ -24,7 +24,7 @@ score matrix), whatever the kernel skips. ``--prebuild`` compiles every kernel t
 this benchmark use, in parallel processes (TileLang's disk cache then serves them).
 ``--question N``: then N query tokens after the whole sequence as a cached prefix, the prefix split
 among programs (``prefill_splits``) vs not, and cuDNN on the same keys. ``--densify-chunks``: where
-copying a 2:4 prefix dense first pays (``gpu.prefill_densify``). ``--cuda-prefix-chunks``: where the prefix's 2:4
+copying a prefix dense first pays (``gpu.prefill_densify``, ``gpu.prefix_copy_pays``). ``--cuda-prefix-chunks``: where the prefix's 2:4
 blocks on the CUDA kernel pay (``gpu.cuda_prefix_pays``) and at which split counts.
 """
 
@@ -421,7 +421,7 @@ def main(argv=None):
     ap.add_argument("--question", type=int, default=64, help="also time a question of this many tokens after a "
                     "--tokens prefix (0: skip)")
     ap.add_argument("--densify-chunks", default="", help="also time chunks of these many tokens (a list) after a "
-                    "--tokens 2:4 prefix, densify off vs on")
+                    "prefix (of --tokens, or each of --densify-prefixes) at S = 1/1, 0.5/0.5, 0/0, densify off / on / default")
     ap.add_argument("--densify-prefixes", default="", help="the prefix lengths of --densify-chunks (a list)")
     ap.add_argument("--cuda-prefix-chunks", default="", help="also time chunks of these many tokens (a list) after a "
                     "2:4 prefix (of --tokens, or each of --cuda-prefixes), Triton alone vs the prefix on the CUDA kernel")

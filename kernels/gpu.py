@@ -621,17 +621,17 @@ def triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len: int, s
     # at a known place (dense prefixes too: 4 x 8K chunked on the H200, 19.18 -> 16.40 ms, kernels/BENCHMARKS.md, eleventh
     # session); the pools say which loads the copy needs (and stand for the entries' kinds in its rule), so no host
     # sync for the entries' kinds
-    pool_modes = _pool_kinds(k_pool), _pool_kinds(v_pool)
+    pool_modes = (_pool_kinds(k_pool), _pool_kinds(v_pool)) if tma_pairs else None
     prefix_tma = tma_pairs and (densify or (densify is None and prefix_copy_pays(
         programs // h_kv, prefix_kind(*pool_modes), h_kv, used, d, q.element_size())))
     if prefix_tma:
         densify, (k_mode, v_mode) = True, pool_modes
     else:
         k_mode, v_mode = kinds or _entry_kinds(k_index, v_index, used)
-        if densify is None:
-            kind = prefix_kind(k_mode, v_mode)
-            densify = kind != "dense" and prefill_densify(programs // h_kv, kind, h_kv, used, d, q.element_size())
-        densify = densify and bool((k_mode | v_mode) & SPARSE)  # an all-dense prefix stays where it is
+        if not (k_mode | v_mode) & SPARSE:
+            densify = False  # an all-dense prefix stays where it is
+        elif densify is None:
+            densify = prefill_densify(programs // h_kv, prefix_kind(k_mode, v_mode), h_kv, used, d, q.element_size())
     if densify:
         k_pool, v_pool, k_index, v_index = _densified(k_pool, v_pool, k_index, v_index, used, k_mode, v_mode, q.is_cuda,
                                                       every=prefix_tma)
