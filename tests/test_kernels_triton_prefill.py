@@ -61,7 +61,8 @@ TMA = [
     (70, 4, 1, 128, 650, 0.5, 0.5, 128, False, 3, 64, None, True, 128),
     (64, 4, 1, 64, 600, 0.0, 1.0, 128, False, None, 64, None, True, 128),
     (64, 4, 1, 64, 600, 0.0, 0.0, 128, False, None, 128, None, True, 128),
-    # the default under TMA pairs: any prefix copied, the copy reading what the pools hold (no entry kinds)
+    # the default under TMA pairs: prefixes this short are read where they are (gpu.prefix_copy_pays; the default
+    # copy is tests/test_kernels_gpu_triton_prefill.py's), by their entries' kinds
     (70, 4, 1, 64, 650, 0.5, 0.5, 128, False, None, 64, None, None, 128),
     (64, 4, 1, 64, 600, 0.0, 0.0, 128, False, 2, 64, None, None, 128),
 ]
