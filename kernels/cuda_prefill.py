@@ -3,9 +3,10 @@ query tokens against a sequence whose V blocks are all 2:4 and whose K blocks ar
 without a mask.
 
 The kernel keeps no running maximum: each query row's softmax offset is static, |q| times the longest key of its KV
-head (found by the library's first kernel, which also checks the index entries) times the scale, above every score by Cauchy-Schwarz. Its exponentials flush to zero below
-2^-126, so a row whose scores all lie far below its offset would lose them: the kernel marks the rows whose sum of
-exponentials ends below 2^-``UNDERFLOW_GAP`` (a NaN log-sum-exp), and those are recomputed exactly (``exact_rows``).
+head (found by the library's first kernel, which also checks the index entries) times the scale, which no score
+exceeds (Cauchy-Schwarz), less ``OFFSET_HEADROOM``. Its exponentials flush to zero below 2^-126, so a row whose scores
+all lie far below its offset would lose them: the kernel marks the rows whose sum of exponentials ends below
+2^-``UNDERFLOW_GAP`` (a NaN log-sum-exp), and those are recomputed exactly (``exact_rows``).
 
 Built per GQA ratio (macro ``HS_G``) for sm_90a with the machine's nvcc on first use (``nvcc.library``) and loaded
 with ctypes. ``$HS_CUDA_PREFILL_SOURCE`` names another source to build instead (a candidate version, benchmarked
@@ -35,6 +36,10 @@ CONSUMERS = 3  # consumer warpgroups per CTA (the source's HS_CONSUMERS)
 # exponentials is at most 2^24 (keys) times its largest. So a sum of at least 2^-(126 - 24 - 24) keeps every
 # score that counts in range.
 UNDERFLOW_GAP = 78
+# The bound lies far above real rows' scores: on SmolLM2-135M's activations (real text, 2K-4K tokens) 7 % of the rows'
+# log-sum-exps lay more than UNDERFLOW_GAP (log2) below it, the largest gap 166. Lowered by OFFSET_HEADROOM, an
+# exponential is at most 2^80, so a row's sum and its P-weighted values stay finite in float32 below 2^48 keys x |v|.
+OFFSET_HEADROOM = 80.0
 LOG2E = 1.4426950408889634
 _EXACT_ROWS_PER_STEP = 1024  # rows recomputed at once (their scores are a float32 [rows, keys] matrix)
 
@@ -64,7 +69,7 @@ def library(group: int, defines: tuple[str, ...] = ()) -> ctypes.CDLL:
     lib = ctypes.CDLL(str(nvcc.library(SOURCE, "sm_90a", (f"HS_G={group}", *defines))))
     p, i = ctypes.c_void_p, ctypes.c_int
     lib.hs_prefill_sp.restype = i
-    lib.hs_prefill_sp.argtypes = [p] * 8 + [i, i] + [p] * 3 + [i] * 4 + [ctypes.c_float, i, ctypes.c_float, p]
+    lib.hs_prefill_sp.argtypes = [p] * 8 + [i, i] + [p] * 3 + [i] * 4 + [ctypes.c_float, i] + [ctypes.c_float] * 2 + [p]
     lib.hs_prefill_sp_resident.restype = i
     lib.hs_prefill_sp_resident.argtypes = [i]
     return lib
@@ -159,10 +164,11 @@ def check(work: torch.Tensor, lost: torch.Tensor) -> bool:
 def lost_rows(q: torch.Tensor, work: torch.Tensor, scale: float, lse: torch.Tensor) -> torch.Tensor:
     """``[T, H_q]`` bool: the rows whose ``lse`` (natural log; ``launch``'s parts with ``flag=False``, merged with any
     other keys' by log-sum-exp) lies more than ``UNDERFLOW_GAP`` (log2) below the kernel's static offset (``work``: what
-    ``launch`` returned), where the exponentials the kernel flushed to zero may have counted."""
+    ``launch`` returned; ``OFFSET_HEADROOM`` below the bound), where the exponentials the kernel flushed to zero may have
+    counted."""
     h_kv = work.shape[0] - 1
     key_norm = work[:h_kv].view(torch.float32).repeat_interleave(q.shape[1] // h_kv)
-    offset = torch.linalg.vector_norm(q, dim=-1, dtype=torch.float32) * key_norm * (scale * LOG2E)
+    offset = torch.linalg.vector_norm(q, dim=-1, dtype=torch.float32) * key_norm * (scale * LOG2E) - OFFSET_HEADROOM
     return lse * LOG2E < offset - UNDERFLOW_GAP
 
 
@@ -190,7 +196,7 @@ def launch(q, k: SparseBlocks | torch.Tensor, v: SparseBlocks, scale: float, q_p
     rc = library(h_q // h_kv, defines).hs_prefill_sp(
         q.data_ptr(), *k_ptrs[:3], v.values.data_ptr(), v.meta.data_ptr(), k_ptrs[3], v.index.data_ptr(), k_ptrs[4],
         v.values.shape[0], work.data_ptr(), out.data_ptr(), lse.data_ptr(), t, h_kv, nb, splits, scale * LOG2E,
-        -1 if q_pos0 is None else q_pos0, 2.0 ** -UNDERFLOW_GAP if flag else 0.0,
+        -1 if q_pos0 is None else q_pos0, 2.0 ** -UNDERFLOW_GAP if flag else 0.0, OFFSET_HEADROOM,
         torch.cuda.current_stream(q.device).cuda_stream)
     if rc:
         raise RuntimeError(f"hs_prefill_sp failed: CUDA error {rc}")

@@ -46,6 +46,19 @@ def test_exact_rows_match_the_oracle_and_touch_nothing_else(q_pos0, s_k):
     assert lse[~written].isnan().all() and out[~written].isnan().all()
 
 
+def test_lost_rows_lie_past_the_headroom_and_the_gap():
+    """A row is lost where its log-sum-exp (log2) lies more than OFFSET_HEADROOM + UNDERFLOW_GAP below its
+    Cauchy-Schwarz bound |q| x longest key x scale, and only there."""
+    q = torch.zeros(1, 4, D)
+    q[0, :, 0] = torch.tensor([1.0, 2.0, 3.0, 4.0])
+    work = torch.tensor([2.0, 0.0]).view(torch.int32)  # KV head 0's longest key 2.0; work[-1]: the status
+    scale = 0.5
+    bound = q[0, :, 0] * 2.0 * scale * cuda_prefill.LOG2E
+    edge = bound - cuda_prefill.OFFSET_HEADROOM - cuda_prefill.UNDERFLOW_GAP
+    lse = (edge + torch.tensor([-1.0, 1.0, -0.01, 0.01])) / cuda_prefill.LOG2E
+    assert cuda_prefill.lost_rows(q, work, scale, lse[None]).tolist() == [[True, False, True, False]]
+
+
 def test_compressed_prefill_off_cuda_is_the_oracle():
     q, k, v, chunk = compressed(130, 2, 4, 7)  # a partial last tile: K and V "mixed"
     assert chunk.k_mode == "mixed" and not cuda_prefill.supports(q, 2)

@@ -76,6 +76,24 @@ def test_kernel_matches_the_oracle(case):
     assert (lse - r_lse).abs().max().item() < 1e-3 * max(1.0, r_lse.abs().max().item())
 
 
+def _attend_inputs(t: int, h_kv: int, group: int, gen):
+    q, k, v = (torch.randn(t, h, D, generator=gen, device="cuda").to(torch.bfloat16)
+               for h in (h_kv * group, h_kv, h_kv))
+    return q, k, v
+
+
+def _attend_both(q, k, v, s_k: float):
+    """The kernel alone (no fallback), with the fallback, and the oracle, causally from position 0."""
+    h_kv = k.shape[1]
+    chunk = compress_chunk(k, v, s_k, 1)
+    keys = k if s_k == 0 else cuda_prefill.SparseBlocks(chunk.k_vals, chunk.k_meta, chunk.k_index)
+    args = (keys, cuda_prefill.SparseBlocks(chunk.v_vals, chunk.v_meta, chunk.v_index), D ** -0.5, 0)
+    pools = [BlockPool.allocate(op, D, 0, 0, q.dtype, "cuda") for op in ("k", "v")]
+    empty = torch.zeros(h_kv, 1, dtype=torch.int32, device="cuda")
+    return (cuda_prefill.attend(q, *args, fallback=False), cuda_prefill.attend(q, *args),
+            ref.prefill_attention(q, *chunk_as_dense(k, v, chunk), *pools, empty, empty, 0))
+
+
 @pytest.mark.parametrize("s_k", [1, 0])
 def test_rows_that_would_underflow_are_recomputed(s_k):
     """One key far longer than the rest sets its head's offsets; queries orthogonal to it score far below them, so the
@@ -83,25 +101,55 @@ def test_rows_that_would_underflow_are_recomputed(s_k):
     t, h_kv, group = 256, 2, 4
     gen = torch.Generator(device="cuda")
     gen.seed()
-    q, k, v = (torch.randn(t, h, D, generator=gen, device="cuda").to(torch.bfloat16)
-               for h in (h_kv * group, h_kv, h_kv))
+    q, k, v = _attend_inputs(t, h_kv, group, gen)
     k[70, 0] = 0
     k[70, 0, 0] = 3000.0
     q[:, :group, 0] = 0  # KV head 0's queries: orthogonal to the long key
-    chunk = compress_chunk(k, v, s_k, 1)
-    keys = k if s_k == 0 else cuda_prefill.SparseBlocks(chunk.k_vals, chunk.k_meta, chunk.k_index)
-    args = (keys, cuda_prefill.SparseBlocks(chunk.v_vals, chunk.v_meta, chunk.v_index), D ** -0.5, 0)
-    pools = [BlockPool.allocate(op, D, 0, 0, q.dtype, "cuda") for op in ("k", "v")]
-    empty = torch.zeros(h_kv, 1, dtype=torch.int32, device="cuda")
-    r_out, r_lse = ref.prefill_attention(q, *chunk_as_dense(k, v, chunk), *pools, empty, empty, 0)
-
-    alone, alone_lse = cuda_prefill.attend(q, *args, fallback=False)
+    (alone, alone_lse), (out, lse), (r_out, r_lse) = _attend_both(q, k, v, s_k)
     lost = alone_lse.isnan()  # the kernel's mark
     assert lost[:, :group].all() and not lost[:, group:].any()
     assert not torch.allclose(alone[:, :group].float(), r_out[:, :group].float(), atol=0.1, equal_nan=False)
-    out, lse = cuda_prefill.attend(q, *args)
     assert not out.isnan().any() and rel_err(out.float(), r_out.float()) < 1e-2
     assert (lse - r_lse).abs().max().item() < 1e-2 * max(1.0, r_lse.abs().max().item())
+
+
+@pytest.mark.parametrize("s_k", [1, 0])
+def test_rows_far_below_the_bound_are_kept_by_the_headroom(s_k):
+    """One long key puts KV head 0's bound some 130 (log2) above the scores of its queries (orthogonal to it), as real
+    activations do (up to ~170): past UNDERFLOW_GAP, within OFFSET_HEADROOM + UNDERFLOW_GAP, so the kernel alone keeps
+    every row, exactly."""
+    t, h_kv, group = 256, 2, 4
+    gen = torch.Generator(device="cuda")
+    gen.seed()
+    q, k, v = _attend_inputs(t, h_kv, group, gen)
+    k[70, 0] = 0
+    k[70, 0, 0] = 80.0
+    q[:, :group, 0] = 0
+    bound = q[:, :group].float().norm(dim=-1) * 80.0 * D ** -0.5 * cuda_prefill.LOG2E  # the scores lie near 0
+    assert cuda_prefill.UNDERFLOW_GAP + 10 < bound.min().item()
+    assert bound.max().item() < cuda_prefill.UNDERFLOW_GAP + cuda_prefill.OFFSET_HEADROOM - 10
+    (alone, alone_lse), _, (r_out, r_lse) = _attend_both(q, k, v, s_k)
+    assert not alone_lse.isnan().any() and rel_err(alone.float(), r_out.float()) < 1e-2
+    assert (alone_lse - r_lse).abs().max().item() < 1e-2 * max(1.0, r_lse.abs().max().item())
+
+
+@pytest.mark.parametrize("s_k", [1, 0])
+def test_scores_at_the_bound_stay_finite(s_k):
+    """Every query parallel to every key, all keys the longest: each score is its row's bound, each exponential
+    2^OFFSET_HEADROOM, over 2048 keys and values up to 2^12: nothing overflows."""
+    t, h_kv, group = 2048, 2, 4
+    gen = torch.Generator(device="cuda")
+    gen.seed()
+    q, k, v = _attend_inputs(t, h_kv, group, gen)
+    u = torch.zeros(D, device="cuda")
+    u[0::4], u[1::4] = 1.0, -1.0  # 2:4 along d already: pruning keeps it
+    k[:] = (u * 4.0).to(torch.bfloat16)
+    q[:] = (u * torch.rand(t, h_kv * group, 1, generator=gen, device="cuda") * 4.0).to(torch.bfloat16)
+    v *= 1000.0
+    (alone, alone_lse), _, (r_out, r_lse) = _attend_both(q, k, v, s_k)
+    assert alone.isfinite().all() and alone_lse.isfinite().all()
+    assert rel_err(alone.float(), r_out.float()) < 1e-2
+    assert (alone_lse - r_lse).abs().max().item() < 1e-2 * max(1.0, r_lse.abs().max().item())
 
 
 @pytest.mark.parametrize("t, group, s_k", [(64, 4, 1), (2048, 4, 1), (640, 1, 1), (2048, 4, 0), (64, 2, 0)])

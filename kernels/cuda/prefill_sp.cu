@@ -17,7 +17,9 @@
 // row tile (each a consecutive part of the blocks into its own out / lse part, merged by the caller): a short chunk
 // then fills the SMs.
 // The softmax offset of each row is static (|q| x its KV head's longest key x the scale, log2 units: at least the
-// row's largest score, by Cauchy-Schwarz; |q| is summed here as Q is staged): nothing is reduced
+// row's largest score, by Cauchy-Schwarz; |q| is summed here as Q is staged), lowered by the caller's headroom: on real
+// activations that bound lies up to ~170 above a row's scores, where the exponentials would flush, while no
+// exponential exceeds 2^headroom, which fp32 sums and bf16 P hold (hs_kernels.cuda_prefill): nothing is reduced
 // across keys or rescaled before the end, so the columns of S^T (the rows) need no exchange between warps. P^T goes
 // through the consumer's own shared buffer (stmatrix .trans) as the second GEMM's B operand; a block's PV is left
 // running while the next block's S is issued (the wait for S covers it, then the stage is released). The 2:4
@@ -249,8 +251,8 @@ __global__ void __launch_bounds__(BS) key_norms(const uint16_t* __restrict__ key
     if (threadIdx.x % 32 == 0) atomicMax(key_norm + h, __float_as_uint(sqrtf(squares)));
 }
 
-// q [t, h_q, 128] bf16; k_norm [h_kv] float32 (key_norms: a row's softmax offset is |q| k_norm scale_log2, log2
-// units); status: nothing is done where it is set (key_norms found an entry that is not a 2:4 slot); out [t, h_q, 128] bf16, lse [t, h_q] float32 (natural log; NaN where the row's sum of
+// q [t, h_q, 128] bf16; k_norm [h_kv] float32 (key_norms: a row's softmax offset is |q| k_norm scale_log2 - headroom,
+// log2 units); status: nothing is done where it is set (key_norms found an entry that is not a 2:4 slot); out [t, h_q, 128] bf16, lse [t, h_q] float32 (natural log; NaN where the row's sum of
 // exponentials fell below min_sum: too few of its scores were kept to trust it); index maps [h_kv, nb], every entry
 // sparse; q_pos0 < 0: no mask, else query token i sits at position q_pos0 + i of the prefix and sees the keys at or
 // before it. Split z of gridDim.z (2:4 keys without a mask only) attends blocks z nb / splits .. (z + 1) nb / splits
@@ -262,7 +264,7 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
     const uint16_t* __restrict__ v_vals, const uint32_t* __restrict__ v_meta, const int32_t* __restrict__ k_index,
     const int32_t* __restrict__ v_index, const float* __restrict__ k_norm, const int* __restrict__ status,
     __nv_bfloat16* __restrict__ out,
-    float* __restrict__ lse, int t_len, int nb, float scale_log2, int q_pos0, float min_sum,
+    float* __restrict__ lse, int t_len, int nb, float scale_log2, int q_pos0, float min_sum, float headroom,
     const __grid_constant__ CUtensorMap k_map,
     const __grid_constant__ CUtensorMap v_map) {
     using L = Layout<K_DENSE>;
@@ -294,7 +296,9 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
         float squares = squares8(x);
         #pragma unroll
         for (int o_ = 1; o_ < 16; o_ <<= 1) squares += __shfl_xor_sync(0xffffffffu, squares, o_);
-        if (c == 0) reinterpret_cast<float*>(smem + L::RED_OFF)[cw * 4 * ROWS + r] = sqrtf(squares) * key_scale;
+        if (c == 0) {
+            reinterpret_cast<float*>(smem + L::RED_OFF)[cw * 4 * ROWS + r] = sqrtf(squares) * key_scale - headroom;
+        }
     }
     async_proxy_fence();  // the Q^T stores, before wgmma reads them
     __syncthreads();
@@ -564,7 +568,7 @@ template <bool K_DENSE>
 static int run(const void* q, const void* keys, const void* k_meta, const void* v_vals, const void* v_meta,
                const int32_t* k_index, const int32_t* v_index, int k_slots, int v_slots, int* work, void* out,
                float* lse, int t_len, int h_kv, int nb, int splits, float scale_log2, int q_pos0, float min_sum,
-               cudaStream_t s) {
+               float headroom, cudaStream_t s) {
     using L = Layout<K_DENSE>;
     static const cudaError_t attr =
         cudaFuncSetAttribute(trans_both_sp<K_DENSE>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::SMEM);
@@ -579,7 +583,7 @@ static int run(const void* q, const void* keys, const void* k_meta, const void* 
         static_cast<const __nv_bfloat16*>(q), static_cast<const uint16_t*>(keys), static_cast<const uint32_t*>(k_meta),
         static_cast<const uint16_t*>(v_vals), static_cast<const uint32_t*>(v_meta), k_index, v_index,
         reinterpret_cast<const float*>(work), work + h_kv, static_cast<__nv_bfloat16*>(out), lse, t_len, nb,
-        scale_log2, q_pos0, min_sum, k_map, v_map);
+        scale_log2, q_pos0, min_sum, headroom, k_map, v_map);
     return cudaGetLastError();
 }
 
@@ -588,18 +592,20 @@ static int run(const void* q, const void* keys, const void* k_meta, const void* 
 // [64 nb, h_kv, 128] bf16 where not null (k_vals, k_meta, k_index then unused), else the K pool's blocks. q_pos0 < 0: no mask; else query token i sits at position q_pos0 + i of the
 // sequence (0 <= q_pos0, q_pos0 + t_len <= 64 nb) and sees the keys at or before it. work: h_kv + 1 int32, the
 // longest keys (float bits) and the status, set 1 (and nothing else done) where an index entry in use is not a 2:4
-// slot of its pool of k_slots / v_slots. out and lse hold splits parts [t, h_q, ...] (trans_both_sp).
+// slot of its pool of k_slots / v_slots. out and lse hold splits parts [t, h_q, ...] (trans_both_sp). headroom: how
+// far (log2) each row's softmax offset lies below its Cauchy-Schwarz bound.
 extern "C" int hs_prefill_sp(const void* q, const void* k_dense, const void* k_vals, const void* k_meta,
                              const void* v_vals, const void* v_meta, const int32_t* k_index, const int32_t* v_index,
                              int k_slots, int v_slots, int* work, void* out, float* lse, int t_len, int h_kv, int nb,
-                             int splits, float scale_log2, int q_pos0, float min_sum, void* stream) {
+                             int splits, float scale_log2, int q_pos0, float min_sum, float headroom,
+                             void* stream) {
     if (q_pos0 >= 0 && q_pos0 + t_len > BS * nb) return cudaErrorInvalidValue;
     if (splits < 1 || splits > (q_pos0 >= 0 || k_dense ? 1 : nb)) return cudaErrorInvalidValue;
     const cudaStream_t s = static_cast<cudaStream_t>(stream);
     return k_dense ? run<true>(q, k_dense, k_meta, v_vals, v_meta, k_index, v_index, 1, v_slots, work, out, lse, t_len,
-                               h_kv, nb, splits, scale_log2, q_pos0, min_sum, s)
+                               h_kv, nb, splits, scale_log2, q_pos0, min_sum, headroom, s)
                    : run<false>(q, k_vals, k_meta, v_vals, v_meta, k_index, v_index, k_slots, v_slots, work, out, lse,
-                                t_len, h_kv, nb, splits, scale_log2, q_pos0, min_sum, s);
+                                t_len, h_kv, nb, splits, scale_log2, q_pos0, min_sum, headroom, s);
 }
 
 // CTAs per SM (the occupancy calculator on the built kernel for dense or 2:4 keys), -1 on an error
