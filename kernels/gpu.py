@@ -594,8 +594,9 @@ def triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len: int, s
     so that each block pair is one bulk copy at a place known without the index maps. ``prefix_n``: keys per tile of a dense prefix (64, or 128: two blocks, at most
     ``block_m``; default ``prefill_prefix_n``; a prefix with 2:4 blocks, unless densified, takes 64). ``tma``: the
     chunk's keys and values loaded as tensor-descriptor tiles (default ``prefill_tma``). ``kinds``: the used entries'
-    kinds (K, V) as ``_entry_kinds`` gives them, where the caller has them (no host sync then). Launch options left
-    None take ``prefill_launch``'s defaults for the head_dim."""
+    kinds (K, V) as ``_entry_kinds`` gives them, where the caller has them; else the pools' (``_pool_kinds``), which
+    choose the kernel's variant and the copy's rule as well, with no host sync. Launch options left None take
+    ``prefill_launch``'s defaults for the head_dim."""
     from . import triton_prefill as tp
     from .triton_blocks import DENSE, LOG2E, SPARSE
 
@@ -616,22 +617,21 @@ def triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len: int, s
     lse = torch.empty(t, h_q, dtype=torch.float32, device=q.device) if lse is None else lse
     used = -(-prefix_len // BLOCK_SIZE)
     programs = prefill_programs(t, h_q, h_kv, block_m, hg)
+    # the pools stand for the entries' kinds where the caller does not give them: knowing the entries' would cost a host
+    # sync, which made chunks of 64-512 tokens 1.3-3.7x slower back to back (kernels/BENCHMARKS.md, eighteenth session)
+    k_mode, v_mode = kinds or (_pool_kinds(k_pool), _pool_kinds(v_pool))
     tma_pairs = tma and prefix_n == 2 * BLOCK_SIZE and prefix_len >= prefix_n
     # under TMA pairs a prefix whose copy pays is copied whole whatever its blocks, so that each pair is one bulk copy
     # at a known place (dense prefixes too: 4 x 8K chunked on the H200, 19.18 -> 16.40 ms, kernels/BENCHMARKS.md, eleventh
-    # session); the pools say which loads the copy needs (and stand for the entries' kinds in its rule), so no host
-    # sync for the entries' kinds
-    pool_modes = (_pool_kinds(k_pool), _pool_kinds(v_pool)) if tma_pairs else None
+    # session)
     prefix_tma = tma_pairs and (densify or (densify is None and prefix_copy_pays(
-        programs // h_kv, prefix_kind(*pool_modes), h_kv, used, d, q.element_size())))
+        programs // h_kv, prefix_kind(k_mode, v_mode), h_kv, used, d, q.element_size())))
     if prefix_tma:
-        densify, (k_mode, v_mode) = True, pool_modes
-    else:
-        k_mode, v_mode = kinds or _entry_kinds(k_index, v_index, used)
-        if not (k_mode | v_mode) & SPARSE:
-            densify = False  # an all-dense prefix stays where it is
-        elif densify is None:
-            densify = prefill_densify(programs // h_kv, prefix_kind(k_mode, v_mode), h_kv, used, d, q.element_size())
+        densify = True
+    elif not (k_mode | v_mode) & SPARSE:
+        densify = False  # an all-dense prefix stays where it is
+    elif densify is None:
+        densify = prefill_densify(programs // h_kv, prefix_kind(k_mode, v_mode), h_kv, used, d, q.element_size())
     if densify:
         k_pool, v_pool, k_index, v_index = _densified(k_pool, v_pool, k_index, v_index, used, k_mode, v_mode, q.is_cuda,
                                                       every=prefix_tma)

@@ -156,6 +156,24 @@ def test_long_chunks_copy_their_prefix_dense(monkeypatch):
         assert rel_err(out, o_ref) < 1e-2
 
 
+@pytest.mark.parametrize("t", [64, 256, 1100])
+def test_the_triton_path_does_not_wait_for_the_gpu(t):
+    """No host sync on the Triton path (the kernel's variant and the copy's rule from the pools' kinds), whether the
+    chunk's programs copy the mixed prefix dense or not."""
+    k_pool, v_pool, k_index, v_index, q, k, v, scale = prefill_inputs(32, 8, 128, torch.bfloat16, t, 3000, 0.5, 0.5)
+    run = lambda: gpu.prefill_attention(q, k, v, k_pool, v_pool, k_index, v_index, 3000, scale,  # noqa: E731
+                                        kernel="triton")
+    run()  # compiled
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        out, _ = run()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    o_ref, _ = ref.prefill_attention(q, k, v, k_pool, v_pool, k_index, v_index, 3000, scale)
+    assert rel_err(out, o_ref) < 1e-2
+
+
 def test_misaligned_chunk_keys_take_the_pointer_path():
     """TMA needs 16-byte aligned rows: keys at an odd element offset are read by pointers, correctly; so are
     chunks shorter than ``gpu.TMA_MIN_TOKENS``."""

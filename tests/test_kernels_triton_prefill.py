@@ -62,7 +62,7 @@ TMA = [
     (64, 4, 1, 64, 600, 0.0, 1.0, 128, False, None, 64, None, True, 128),
     (64, 4, 1, 64, 600, 0.0, 0.0, 128, False, None, 128, None, True, 128),
     # the default under TMA pairs: prefixes this short are read where they are (gpu.prefix_copy_pays; the default
-    # copy is tests/test_kernels_gpu_triton_prefill.py's), by their entries' kinds
+    # copy is tests/test_kernels_gpu_triton_prefill.py's), by their pools' kinds
     (70, 4, 1, 64, 650, 0.5, 0.5, 128, False, None, 64, None, None, 128),
     (64, 4, 1, 64, 600, 0.0, 0.0, 128, False, 2, 64, None, None, 128),
 ]
@@ -98,7 +98,7 @@ for t, h_q, h_kv, d, prefix, p_k, p_v, block_m, select, splits, chunk_n, heads, 
     results.append({"rel_err": rel_err(out, r_out), "lse_err": (lse - r_lse).abs().max().item(),
                     "nan": bool(out.isnan().any() or lse.isnan().any()),
                     "dtype_ok": out.dtype == torch.float16 and lse.dtype == torch.float32,
-                    "kinds": gpu._entry_kinds(k_index, v_index, -(-prefix // 64))})
+                    "kinds": [gpu._pool_kinds(k_pool), gpu._pool_kinds(v_pool)]})  # the variant that ran
 print(json.dumps(results))
 """
 
