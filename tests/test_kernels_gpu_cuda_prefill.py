@@ -76,9 +76,20 @@ def test_kernel_matches_the_oracle(case):
     assert (lse - r_lse).abs().max().item() < 1e-3 * max(1.0, r_lse.abs().max().item())
 
 
-def _attend_inputs(t: int, h_kv: int, group: int, gen):
+def _attend_inputs(t: int, h_kv: int, group: int):
+    gen = torch.Generator(device="cuda")
+    gen.seed()
     q, k, v = (torch.randn(t, h, D, generator=gen, device="cuda").to(torch.bfloat16)
                for h in (h_kv * group, h_kv, h_kv))
+    return q, k, v, gen
+
+
+def _long_key_inputs(length: float, group: int = 4):
+    """256 tokens, 2 KV heads: KV head 0's key 70 of ``length`` along d 0, its queries orthogonal to it."""
+    q, k, v, _ = _attend_inputs(256, 2, group)
+    k[70, 0] = 0
+    k[70, 0, 0] = length
+    q[:, :group, 0] = 0
     return q, k, v
 
 
@@ -98,13 +109,8 @@ def _attend_both(q, k, v, s_k: float):
 def test_rows_that_would_underflow_are_recomputed(s_k):
     """One key far longer than the rest sets its head's offsets; queries orthogonal to it score far below them, so the
     kernel alone loses their rows (this test fails if it does not), and the fallback recomputes exactly those."""
-    t, h_kv, group = 256, 2, 4
-    gen = torch.Generator(device="cuda")
-    gen.seed()
-    q, k, v = _attend_inputs(t, h_kv, group, gen)
-    k[70, 0] = 0
-    k[70, 0, 0] = 3000.0
-    q[:, :group, 0] = 0  # KV head 0's queries: orthogonal to the long key
+    group = 4
+    q, k, v = _long_key_inputs(3000.0, group)
     (alone, alone_lse), (out, lse), (r_out, r_lse) = _attend_both(q, k, v, s_k)
     lost = alone_lse.isnan()  # the kernel's mark
     assert lost[:, :group].all() and not lost[:, group:].any()
@@ -118,13 +124,8 @@ def test_rows_far_below_the_bound_are_kept_by_the_headroom(s_k):
     """One long key puts KV head 0's bound some 130 (log2) above the scores of its queries (orthogonal to it), as real
     activations do (up to ~170): past UNDERFLOW_GAP, within OFFSET_HEADROOM + UNDERFLOW_GAP, so the kernel alone keeps
     every row, exactly."""
-    t, h_kv, group = 256, 2, 4
-    gen = torch.Generator(device="cuda")
-    gen.seed()
-    q, k, v = _attend_inputs(t, h_kv, group, gen)
-    k[70, 0] = 0
-    k[70, 0, 0] = 80.0
-    q[:, :group, 0] = 0
+    group = 4
+    q, k, v = _long_key_inputs(80.0, group)
     bound = q[:, :group].float().norm(dim=-1) * 80.0 * D ** -0.5 * cuda_prefill.LOG2E  # the scores lie near 0
     assert cuda_prefill.UNDERFLOW_GAP + 10 < bound.min().item()
     assert bound.max().item() < cuda_prefill.UNDERFLOW_GAP + cuda_prefill.OFFSET_HEADROOM - 10
@@ -138,9 +139,7 @@ def test_scores_at_the_bound_stay_finite(s_k):
     """Every query parallel to every key, all keys the longest: each score is its row's bound, each exponential
     2^OFFSET_HEADROOM, over 2048 keys and values up to 2^12: nothing overflows."""
     t, h_kv, group = 2048, 2, 4
-    gen = torch.Generator(device="cuda")
-    gen.seed()
-    q, k, v = _attend_inputs(t, h_kv, group, gen)
+    q, k, v, gen = _attend_inputs(t, h_kv, group)
     u = torch.zeros(D, device="cuda")
     u[0::4], u[1::4] = 1.0, -1.0  # 2:4 along d already: pruning keeps it
     k[:] = (u * 4.0).to(torch.bfloat16)
