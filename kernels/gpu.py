@@ -617,8 +617,9 @@ def triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len: int, s
     lse = torch.empty(t, h_q, dtype=torch.float32, device=q.device) if lse is None else lse
     used = -(-prefix_len // BLOCK_SIZE)
     programs = prefill_programs(t, h_q, h_kv, block_m, hg)
-    # the pools stand for the entries' kinds where the caller does not give them: knowing the entries' would cost a host
-    # sync, which made chunks of 64-512 tokens 1.3-3.7x slower back to back (kernels/BENCHMARKS.md, eighteenth session)
+    # the pools stand for the entries' kinds where the caller does not give them: knowing the entries' costs a host
+    # sync, which made chunks of 64-512 tokens after served (mixed) prefixes 1.3-2.8x slower back to back
+    # (kernels/BENCHMARKS.md, eighteenth session)
     k_mode, v_mode = kinds or (_pool_kinds(k_pool), _pool_kinds(v_pool))
     tma_pairs = tma and prefix_n == 2 * BLOCK_SIZE and prefix_len >= prefix_n
     # under TMA pairs a prefix whose copy pays is copied whole whatever its blocks, so that each pair is one bulk copy
