@@ -6,11 +6,10 @@ of the tokens as a chunk after the rest stored 2:4 in pools (``gpu.prefill_atten
 
     python kernels/probes/real_offsets.py .scratch/smol_qkv.safetensors
 """
-import json
-import struct
 import sys
 
 import torch
+from hs_prep.safetensors_file import open_safetensors
 
 from hs_kernels import attention as ref
 from hs_kernels import cuda_prefill, gpu
@@ -20,14 +19,13 @@ from hs_kernels.chunk_blocks import chunk_as_dense, compress_chunk
 from hs_kernels.pool import BlockPool
 
 
-def read_safetensors(path: str) -> dict[str, torch.Tensor]:  # the GPU machine may lack the package
-    raw = open(path, "rb").read()
-    size = struct.unpack("<Q", raw[:8])[0]
-    header = json.loads(raw[8:8 + size])
-    header.pop("__metadata__", None)
-    assert all(h["dtype"] == "BF16" for h in header.values())
-    return {name: torch.frombuffer(bytearray(raw[8 + size + h["data_offsets"][0]:8 + size + h["data_offsets"][1]]),
-                                   dtype=torch.bfloat16).view(h["shape"]).cuda() for name, h in header.items()}
+def read_tensors(path: str, device: str = "cuda") -> dict[str, torch.Tensor]:
+    """The file's bf16 tensors, through hs_prep's validated reader (the GPU machine may lack the safetensors package)."""
+    file = open_safetensors(path)
+    if any(entry.dtype != "BF16" for entry in file.tensors.values()):
+        raise ValueError(f"{path}: expected bf16 tensors only")
+    return {name: torch.frombuffer(bytearray(file.raw(name)), dtype=torch.bfloat16).view(entry.shape).to(device)
+            for name, entry in file.tensors.items()}
 
 
 def run(q, k, v, scale: float, prefix: int):
@@ -58,7 +56,7 @@ def run(q, k, v, scale: float, prefix: int):
 
 
 def main(path: str) -> None:
-    tensors = read_safetensors(path)
+    tensors = read_tensors(path)
     layers = sorted({int(name.split(".")[0]) for name in tensors})
     shipped = cuda_prefill.OFFSET_HEADROOM
     totals = {hr: [0, 0.0, 0, 0.0] for hr in (0.0, shipped)}
