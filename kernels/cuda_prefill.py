@@ -6,7 +6,7 @@ The kernel keeps no running maximum: each query row's softmax offset is static, 
 head (found by the library's first kernel, which also checks the index entries) times the scale, which no score
 exceeds (Cauchy-Schwarz), less ``OFFSET_HEADROOM``. Its exponentials flush to zero below 2^-126, so a row whose scores
 all lie far below its offset would lose them: the kernel marks the rows whose sum of exponentials ends below
-2^-``UNDERFLOW_GAP`` (a NaN log-sum-exp), and those are recomputed exactly (``exact_rows``).
+2^-``UNDERFLOW_GAP`` (a NaN log-sum-exp), and those are recomputed on the GPU with a running maximum (``rescue``).
 
 Built per GQA ratio (macro ``HS_G``) for sm_90a with the machine's nvcc on first use (``nvcc.library``) and loaded
 with ctypes. ``$HS_CUDA_PREFILL_SOURCE`` names another source to build instead (a candidate version, benchmarked
@@ -25,7 +25,6 @@ from typing import NamedTuple
 import torch
 
 from . import nvcc
-from .compressor import decompress_blocks
 from .format import BLOCK_SIZE
 
 SOURCE = Path(os.environ.get("HS_CUDA_PREFILL_SOURCE") or Path(__file__).with_name("cuda") / "prefill_sp.cu")
@@ -41,7 +40,6 @@ UNDERFLOW_GAP = 78
 # exponential is at most 2^80, so a row's sum and its P-weighted values stay finite in float32 below 2^48 keys x |v|.
 OFFSET_HEADROOM = 80.0
 LOG2E = 1.4426950408889634
-_EXACT_ROWS_PER_STEP = 1024  # rows recomputed at once (their scores are a float32 [rows, keys] matrix)
 
 
 @functools.lru_cache(maxsize=None)
@@ -109,11 +107,6 @@ class SparseBlocks(NamedTuple):
     meta: torch.Tensor
     index: torch.Tensor
 
-    def dense(self, hk: int, operand: str) -> torch.Tensor:
-        """KV head ``hk``'s blocks decompressed, ``[64 nb, 128]`` float32."""
-        slots = (~self.index[hk]).long()
-        return decompress_blocks(self.values[slots], self.meta[slots], operand).flatten(0, 1).float()
-
 
 def attend(q: torch.Tensor, k: SparseBlocks | torch.Tensor, v: SparseBlocks, scale: float, q_pos0: int | None = None,
            out: torch.Tensor | None = None, lse: torch.Tensor | None = None, fallback: bool = True,
@@ -145,31 +138,40 @@ def attend(q: torch.Tensor, k: SparseBlocks | torch.Tensor, v: SparseBlocks, sca
 
 def settle(q, k: SparseBlocks | torch.Tensor, v: SparseBlocks, work, scale: float, q_pos0: int | None,
            out: torch.Tensor, lse: torch.Tensor, fallback: bool = True) -> None:
-    """``launch``'s results (``work``: what it returned) made final, with one host sync: ValueError where it refused an index entry; ``fallback``:
-    the rows it marked with a NaN ``lse`` recomputed (``exact_rows``)."""
-    lost = lse.isnan()
-    if check(work, lost) and fallback:
-        exact_rows(q, lost.nonzero(), k, v, scale, q_pos0, out, lse)
-
-
-def check(work: torch.Tensor, lost: torch.Tensor) -> bool:
-    """One host sync: ValueError where ``launch`` (``work``: what it returned) refused an index entry, else whether any
-    of ``lost`` (bool) is set."""
-    refused, any_lost = torch.stack((work[-1], lost.any())).tolist()
-    if refused:
+    """``launch``'s results (``work``: what it returned) made final, with one host sync: ``fallback``, the rows it
+    marked with a NaN ``lse`` recomputed (``rescue``); ValueError where it refused an index entry."""
+    if fallback:
+        rescue(q, k, v, work, scale, q_pos0, out, lse, marked=True)
+    if work[-1].item():
         raise ValueError("every index entry must name a 2:4 slot of its pool (~slot, inside the pool)")
-    return bool(any_lost)
 
 
-def lost_rows(q: torch.Tensor, work: torch.Tensor, scale: float, lse: torch.Tensor) -> torch.Tensor:
-    """``[T, H_q]`` bool: the rows whose ``lse`` (natural log; ``launch``'s parts with ``flag=False``, merged with any
-    other keys' by log-sum-exp) lies more than ``UNDERFLOW_GAP`` (log2) below the kernel's static offset (``work``: what
-    ``launch`` returned; ``OFFSET_HEADROOM`` below the bound), where the exponentials the kernel flushed to zero may have
-    counted."""
-    h_kv = work.shape[0] - 1
-    key_norm = work[:h_kv].view(torch.float32).repeat_interleave(q.shape[1] // h_kv)
-    offset = torch.linalg.vector_norm(q, dim=-1, dtype=torch.float32) * key_norm * (scale * LOG2E) - OFFSET_HEADROOM
-    return lse * LOG2E < offset - UNDERFLOW_GAP
+def rescue(q, k: SparseBlocks | torch.Tensor, v: SparseBlocks, work, scale: float, q_pos0: int | None,
+           out: torch.Tensor, lse: torch.Tensor, other: tuple[torch.Tensor, torch.Tensor] | None = None,
+           marked: bool = False) -> torch.Tensor:
+    """``launch``'s lost rows recomputed in place on the GPU, with a running maximum (``triton_rescue``), no host sync.
+
+    Lost: ``lse`` NaN (the kernel's mark) or, unless ``marked`` (only the marks count), ``lse`` more than
+    ``UNDERFLOW_GAP`` (log2) below the kernel's static offset (``work``: what ``launch`` returned; ``OFFSET_HEADROOM``
+    below the bound), where exponentials the kernel flushed to zero may have counted; ``lse`` may be the merge of
+    ``launch``'s parts (``flag=False``) with other keys', given as ``other`` (``out``, ``lse`` of the same rows), which
+    is then merged into the recomputed rows. Every row becomes NaN where ``launch`` refused an index entry. Returns
+    the count of recomputed rows (``[1]`` int32 on q's device)."""
+    from . import triton_rescue
+
+    t, h_q, d = q.shape
+    h_kv, nb = v.index.shape
+    dense = isinstance(k, torch.Tensor)
+    # the pointers a variant does not read are V's
+    k_dense, k_vals, k_meta, k_index = (k, v.values, v.meta, v.index) if dense else (v.values, *k)
+    count = torch.zeros(1, dtype=torch.int32, device=q.device)
+    tok = 16  # rows per program: the least tl.dot takes
+    triton_rescue.rescue_kernel[(-(-t // tok), h_q)](
+        q, k_dense, k_vals, k_meta, v.values, v.meta, k_index, v.index, work, *(other or (out, lse)), out, lse, count,
+        scale * LOG2E, OFFSET_HEADROOM, UNDERFLOW_GAP, t, nb, 0 if q_pos0 is None else q_pos0,
+        H_KV=h_kv, G=h_q // h_kv, D=d, TOK=tok, K_DENSE=dense, CAUSAL=q_pos0 is not None, MARKED=marked,
+        OTHER=other is not None, PRMT=q.is_cuda)
+    return count
 
 
 def launch(q, k: SparseBlocks | torch.Tensor, v: SparseBlocks, scale: float, q_pos0: int | None,
@@ -181,7 +183,7 @@ def launch(q, k: SparseBlocks | torch.Tensor, v: SparseBlocks, scale: float, q_p
     that many consecutive parts, part ``z`` attended into ``out[z]`` / ``lse[z]`` (``out [splits, T, H_q, 128]``, ``lse
     [splits, T, H_q]``, to be merged by log-sum-exp). ``flag``: rows whose sum of exponentials underflowed get a NaN
     ``lse``; False: a part keeps what it summed (out 0, lse -inf where nothing), for callers that look at the merged
-    ``lse`` (``lost_rows``)."""
+    ``lse`` (``rescue``)."""
     t, h_q, d = q.shape
     h_kv, nb = v.index.shape
     if not 1 <= splits <= (nb if q_pos0 is None else 1):
@@ -201,22 +203,3 @@ def launch(q, k: SparseBlocks | torch.Tensor, v: SparseBlocks, scale: float, q_p
     if rc:
         raise RuntimeError(f"hs_prefill_sp failed: CUDA error {rc}")
     return work
-
-
-def exact_rows(q, rows, k: SparseBlocks | torch.Tensor, v: SparseBlocks, scale: float, q_pos0: int | None,
-               out: torch.Tensor, lse: torch.Tensor) -> None:
-    """Rows ``[n, 2]`` (token, query head) of ``attend``'s result recomputed in float32 on the (decompressed) keys and
-    values of their KV heads, written into ``out`` and ``lse``."""
-    group = q.shape[1] // v.index.shape[0]
-    for hk in rows[:, 1].div(group, rounding_mode="floor").unique().tolist():
-        keys = k[:, hk].float() if isinstance(k, torch.Tensor) else k.dense(hk, "k")
-        values = v.dense(hk, "v")
-        mine = rows[rows[:, 1] // group == hk]
-        for part in mine.split(_EXACT_ROWS_PER_STEP):
-            token, head = part[:, 0], part[:, 1]
-            scores = q[token, head].float() @ keys.T * scale
-            if q_pos0 is not None:
-                after = torch.arange(keys.shape[0], device=q.device)[None, :] > (q_pos0 + token)[:, None]
-                scores = scores.masked_fill(after, float("-inf"))
-            lse[token, head] = scores.logsumexp(-1)
-            out[token, head] = (scores.softmax(-1) @ values).to(out.dtype)

@@ -402,7 +402,7 @@ def prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         raise ValueError("kernel='cuda' needs bf16 queries of head_dim 128 with a GQA ratio dividing "
                          f"{cp.ROWS} on sm_90 with nvcc, 2:4 slots in both pools and a full prefix block")
     if kernel == "cuda" or (kernel == "auto" and cuda_prefix_pays(q, k_pool, v_pool, k_index, prefix_len)):
-        sparse, rest, kinds = cuda_prefix_blocks(k_index, v_index, prefix_len)
+        sparse, rest, kinds = cuda_prefix_blocks(k_pool, v_pool, k_index, v_index, prefix_len)
         if len(sparse) and (kernel == "cuda" or cuda_prefix_worth(q.shape[0], BLOCK_SIZE * len(sparse))):
             return cuda_prefix_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len, scale, sparse, rest,
                                        kinds, **options)
@@ -457,18 +457,21 @@ def cuda_prefix_splits(t: int, h_q: int, h_kv: int, blocks: int, device: torch.d
     return wave_splits(ctas, blocks, slots, CUDA_PREFIX_SPLIT_OVERHEAD_BLOCKS)
 
 
-def cuda_prefix_blocks(k_index: torch.Tensor, v_index: torch.Tensor,
+def cuda_prefix_blocks(k_pool: BlockPool, v_pool: BlockPool, k_index: torch.Tensor, v_index: torch.Tensor,
                        prefix_len: int) -> tuple[torch.Tensor, torch.Tensor, tuple[int, int]]:
     """``(sparse, rest, kinds)``: the positions of the prefix's full blocks that are 2:4 in K and V for every KV head,
     the prefix's other blocks (the partial last one among them), each ascending, and the kinds of the rest's K and V
-    entries (``_entry_kinds``); one host sync."""
+    entries (``_entry_kinds``); one host sync. Raises ValueError where an entry at ``sparse`` lies past its pool."""
     used = -(-prefix_len // BLOCK_SIZE)
     ki, vi = k_index[:, :used], v_index[:, :used]
     full = torch.arange(used, device=k_index.device) < prefix_len // BLOCK_SIZE
     both = ((ki < 0) & (vi < 0)).all(0) & full
     order = torch.argsort(both.to(torch.int8), stable=True)  # the other blocks first, then the 2:4 ones
     flags = _entry_flags(ki, vi, ~both)
-    n, *has = torch.cat((both.sum()[None], flags)).tolist()
+    past = (((~ki >= k_pool.values.shape[0]) | (~vi >= v_pool.values.shape[0])) & both).any()
+    n, bad, *has = torch.cat((both.sum()[None], past[None], flags)).tolist()
+    if bad:
+        raise ValueError("every index entry must name a 2:4 slot of its pool (~slot, inside the pool)")
     return order[used - n:], order[:used - n], _kinds(has)
 
 
@@ -478,8 +481,9 @@ def cuda_prefix_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len: i
     """``prefill_attention`` on checked inputs as parts merged by log-sum-exp: the prefix blocks at ``sparse`` (2:4 in
     K and V for every KV head) by the CUDA kernel without a mask, in ``splits`` parts (default ``cuda_prefix_splits``),
     and the chunk after the prefix blocks at ``rest`` (ascending; the partial last block, if any, last; their entries'
-    ``kinds``) by the Triton kernel with ``options``: ``cuda_prefix_blocks``'s three. One host sync. Raises ValueError
-    where an entry at ``sparse`` is not a slot of its pool."""
+    ``kinds``) by the Triton kernel with ``options``: ``cuda_prefix_blocks``'s three. No host sync: rows that the
+    kernel's static offset may have lost are recomputed on the GPU (``cuda_prefill.rescue``); every row is NaN where an
+    entry at ``sparse`` is not a slot of its pool (``cuda_prefix_blocks`` raises there)."""
     t, h_q, d = q.shape
     splits = cuda_prefix_splits(t, h_q, k_index.shape[0], len(sparse), q.device) if splits is None else splits
     part_out = torch.empty(splits + 1, t, h_q, d, dtype=q.dtype, device=q.device)
@@ -493,14 +497,8 @@ def cuda_prefix_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len: i
                    scale, out=part_out[splits], lse=part_lse[splits], kinds=kinds, **options)
     out = torch.empty_like(q)
     lse = torch.empty(t, h_q, dtype=torch.float32, device=q.device)
-    parts = (part_out.permute(1, 2, 0, 3), part_lse.permute(1, 2, 0))  # [t, h_q, part, ...]: the merge's layout
-    _merge_splits(*parts, out, lse)
-    lost = cp.lost_rows(q, work, scale, lse)
-    if cp.check(work, lost):  # exponentials the kernel flushed may count there: those rows' CUDA part again, exactly
-        rows = lost.nonzero()
-        cp.exact_rows(q, rows, keys, values, scale, None, part_out[0], part_lse[0])
-        part_lse[1:splits, rows[:, 0], rows[:, 1]] = float("-inf")
-        _merge_splits(*parts, out, lse)
+    _merge_splits(part_out.permute(1, 2, 0, 3), part_lse.permute(1, 2, 0), out, lse)  # [t, h_q, part, ...]
+    cp.rescue(q, keys, values, work, scale, None, out, lse, other=(part_out[splits], part_lse[splits]))
     return out, lse
 
 

@@ -1,7 +1,9 @@
-"""The CUDA Trans-Both prefill's host side on the CPU: the exact recomputation of flagged rows, the entry point's fallback off sm_90, and the source building for sm_90a (nvcc)."""
+"""The CUDA Trans-Both prefill's host side on the CPU: the recomputation of its lost rows (a Triton kernel, here under
+Triton's interpreter), the entry point's fallback off sm_90, and the source building for sm_90a (nvcc)."""
 
 import pytest
 import torch
+from kv_cases import interpret
 
 from hs_kernels import attention as ref
 from hs_kernels import cuda_prefill, gpu, nvcc
@@ -23,40 +25,78 @@ def oracle(q, k, v, chunk):
     return ref.prefill_attention(q, *chunk_as_dense(k, v, chunk), *pools, empty, empty, 0)
 
 
-@pytest.mark.parametrize("q_pos0, s_k", [(None, 1), (0, 1), (0, 0)])
-def test_exact_rows_match_the_oracle_and_touch_nothing_else(q_pos0, s_k):
-    q, k, v, chunk = compressed(192, 2, 2, 5, s_k)
-    out = torch.full_like(q, float("nan"))
-    lse = torch.full(q.shape[:2], float("nan"))
-    rows = torch.tensor([[0, 0], [63, 3], [191, 1], [100, 2]])
-    keys = k if s_k == 0 else cuda_prefill.SparseBlocks(chunk.k_vals, chunk.k_meta, chunk.k_index)
-    cuda_prefill.exact_rows(q, rows, keys, cuda_prefill.SparseBlocks(chunk.v_vals, chunk.v_meta, chunk.v_index),
-                            D ** -0.5, q_pos0, out, lse)
-    if q_pos0 == 0:
-        r_out, r_lse = oracle(q, k, v, chunk)
-    else:  # every query sees every key
-        k_d, v_d = (x.float().repeat_interleave(2, 1) for x in chunk_as_dense(k, v, chunk))
-        s = torch.einsum("thd,khd->thk", q.float(), k_d) * D ** -0.5
-        r_out, r_lse = torch.einsum("thk,khd->thd", s.softmax(-1), v_d).to(q.dtype), s.logsumexp(-1)
-    t, h = rows.T
-    assert torch.allclose(out[t, h].float(), r_out[t, h].float(), atol=2e-2)
-    assert torch.allclose(lse[t, h], r_lse[t, h], atol=1e-4)
-    written = torch.zeros(q.shape[:2], dtype=torch.bool)
-    written[t, h] = True
-    assert lse[~written].isnan().all() and out[~written].isnan().all()
+RESCUE = r"""
+import json, sys, torch
+sys.path.insert(0, sys.argv[1])
+from hs_kernels import cuda_prefill as cp
+from hs_kernels.chunk_blocks import chunk_as_dense, compress_chunk
+
+D, H_KV, G, SCALE = 128, 2, 2, 0.09
+results = []
+for q_pos0, s_k, other, marked, refused in json.loads(sys.argv[2]):
+    gen = torch.Generator().manual_seed(len(results))
+    k, v = (torch.randn(128, H_KV, D, generator=gen).half() for _ in range(2))
+    t = 128 - (q_pos0 or 0)
+    q = torch.randn(t, H_KV * G, D, generator=gen).half()
+    chunk = compress_chunk(k, v, s_k, 1)
+    keys = k if s_k == 0 else cp.SparseBlocks(chunk.k_vals, chunk.k_meta, chunk.k_index)
+    values = cp.SparseBlocks(chunk.v_vals, chunk.v_meta, chunk.v_index)
+    k_d, v_d = (x.float().repeat_interleave(G, 1) for x in chunk_as_dense(k, v, chunk))
+    scores = torch.einsum("thd,khd->thk", q.float(), k_d) * SCALE
+    if q_pos0 is not None:
+        scores = scores.masked_fill(torch.arange(128)[None, None, :] > (q_pos0 + torch.arange(t))[:, None, None], -torch.inf)
+    r_out, r_lse = torch.einsum("thk,khd->thd", scores.softmax(-1), v_d), scores.logsumexp(-1)
+    parts = None
+    if other:  # the same rows over other keys: their result merged into the recomputed part
+        o_o, l_o = torch.randn(t, H_KV * G, D, generator=gen).half(), torch.randn(t, H_KV * G, generator=gen) * 3
+        parts = (o_o, l_o)
+        top = torch.maximum(r_lse, l_o)
+        w, w_o = (r_lse - top).exp(), (l_o - top).exp()
+        r_out = (r_out * w[..., None] + o_o.float() * w_o[..., None]) / (w + w_o)[..., None]
+        r_lse = top + (w + w_o).log()
+    longest = k_d.view(128, H_KV, G, D)[:, :, 0].norm(dim=-1).amax(0)  # each KV head's longest key
+    work = torch.cat((longest.view(torch.int32), torch.tensor([int(refused)], dtype=torch.int32)))
+    edge = (q.float().norm(dim=-1) * work[:-1].view(torch.float32).repeat_interleave(G) * SCALE * cp.LOG2E
+            - cp.OFFSET_HEADROOM - cp.UNDERFLOW_GAP) / cp.LOG2E
+    out, lse = torch.full_like(q, 7.0), torch.zeros(t, H_KV * G)  # 7: what a row kept must still hold
+    kind = torch.randint(0, 4, (t, H_KV * G), generator=gen)  # 0 kept, 1 marked NaN, 2 just below the edge, 3 just above
+    lse[kind == 1] = float("nan")
+    lse[kind == 2] = edge[kind == 2] - 0.5
+    lse[kind == 3] = edge[kind == 3] + 0.5
+    before = lse.clone()
+    count = cp.rescue(q, keys, values, work, SCALE, q_pos0, out, lse, other=parts, marked=marked)
+    lost = (kind == 1) | ((kind == 2) & (not marked))
+    kept = ~lost
+    results.append({
+        "count": count.item(), "lost": int(lost.sum()), "refused_nan": bool(out.isnan().all() and lse.isnan().all()),
+        "out_err": (out[lost].float() - r_out[lost]).abs().max().item() if lost.any() else 0.0,
+        "lse_err": (lse[lost] - r_lse[lost]).abs().max().item() if lost.any() else 0.0,
+        "kept_untouched": bool((out[kept] == 7.0).all() and torch.equal(lse[kept], before[kept]))})
+print(json.dumps(results))
+"""
 
 
-def test_lost_rows_lie_past_the_headroom_and_the_gap():
-    """A row is lost where its log-sum-exp (log2) lies more than OFFSET_HEADROOM + UNDERFLOW_GAP below its
-    Cauchy-Schwarz bound |q| x longest key x scale, and only there."""
-    q = torch.zeros(1, 4, D)
-    q[0, :, 0] = torch.tensor([1.0, 2.0, 3.0, 4.0])
-    work = torch.tensor([2.0, 0.0]).view(torch.int32)  # KV head 0's longest key 2.0; work[-1]: the status
-    scale = 0.5
-    bound = q[0, :, 0] * 2.0 * scale * cuda_prefill.LOG2E
-    edge = bound - cuda_prefill.OFFSET_HEADROOM - cuda_prefill.UNDERFLOW_GAP
-    lse = (edge + torch.tensor([-1.0, 1.0, -0.01, 0.01])) / cuda_prefill.LOG2E
-    assert cuda_prefill.lost_rows(q, work, scale, lse[None]).tolist() == [[True, False, True, False]]
+@pytest.mark.parametrize("case", [
+    # q_pos0, s_k (1: 2:4 keys, 0: dense keys), other keys' part merged in, only the kernel's marks count, refused
+    (None, 1, True, False, False),
+    (0, 1, False, True, False),
+    (0, 0, False, False, False),
+    (45, 1, True, False, False),
+    (None, 0, False, True, False),
+    (None, 1, False, False, True),
+])
+def test_rescue_recomputes_the_lost_rows_and_touches_nothing_else(case):
+    """``cuda_prefill.rescue`` under Triton's interpreter: the rows marked NaN and (unless ``marked``) those whose
+    ``lse`` lies past the static offset's reach (half a unit of log2 below the edge: lost; above: kept) get the exact
+    attention over the blocks, merged with another part's where given; every other row keeps what it held; a refused
+    launch leaves every row NaN."""
+    r = interpret(RESCUE, [case])[0]
+    if case[-1]:
+        assert r["refused_nan"]
+        return
+    assert r["lost"] > 0 and r["count"] == r["lost"]
+    assert r["kept_untouched"]
+    assert r["out_err"] < 2e-2 and r["lse_err"] < 1e-3
 
 
 def test_compressed_prefill_off_cuda_is_the_oracle():
@@ -91,8 +131,10 @@ def test_prefix_blocks_split_by_kind():
     k_index[1, 2] = 0  # a dense entry in one head
     v_index[0, 4] = 3
 
+    pools = [BlockPool.allocate(op, D, 8, 14, torch.bfloat16) for op in ("k", "v")]
+
     def split(prefix_len):
-        sparse, rest, kinds = gpu.cuda_prefix_blocks(k_index, v_index, prefix_len)
+        sparse, rest, kinds = gpu.cuda_prefix_blocks(*pools, k_index, v_index, prefix_len)
         return sparse.tolist(), rest.tolist(), kinds
 
     assert split(64 * 6 + 5) == ([0, 1, 3, 5], [2, 4, 6], (3, 3))
@@ -103,6 +145,10 @@ def test_prefix_blocks_split_by_kind():
     assert split(63) == ([], [0], (2, 2))
     k_index[:, 0], v_index[:, 0] = 5, 6  # a dense block in every head
     assert split(64 * 2) == ([1], [0], (1, 1))
+    v_index[1, 5] = ~14  # past the pool: refused, not handed to the kernel
+    with pytest.raises(ValueError, match="2:4 slot"):
+        split(64 * 6)
+    assert split(64 * 5) == ([1, 3], [0, 2, 4], (3, 3))  # the block is not used
 
 
 def test_builds_exist_for_head_dim_128_and_gqa_ratios_dividing_64():

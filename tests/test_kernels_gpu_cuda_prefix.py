@@ -38,7 +38,7 @@ def test_cuda_prefix_matches_the_reference(case, monkeypatch):
     h_q, h_kv, t, prefix_len, p_k, p_v = case
     k_pool, v_pool, k_index, v_index, q, k, v, scale = prefill_inputs(h_q, h_kv, 128, torch.bfloat16, t, prefix_len,
                                                                       p_k, p_v)
-    assert len(gpu.cuda_prefix_blocks(k_index, v_index, prefix_len)[0]) > 0
+    assert len(gpu.cuda_prefix_blocks(k_pool, v_pool, k_index, v_index, prefix_len)[0]) > 0
     out, lse = gpu.prefill_attention(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len, scale, kernel="cuda")
     o_ref, l_ref = ref.prefill_attention(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len, scale)
     assert not out.isnan().any() and not lse.isnan().any()
@@ -79,39 +79,65 @@ def test_short_chunks_split_the_prefix_long_ones_do_not():
 def split_prefix_matches_the_reference(inputs, prefix_len, splits):
     k_pool, v_pool, k_index, v_index, q, k, v, scale = inputs
     out, lse = gpu.cuda_prefix_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len, scale,
-                                       *gpu.cuda_prefix_blocks(k_index, v_index, prefix_len), splits=splits)
+                                       *gpu.cuda_prefix_blocks(k_pool, v_pool, k_index, v_index, prefix_len),
+                                       splits=splits)
     o_ref, l_ref = ref.prefill_attention(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len, scale)
     assert not out.isnan().any() and rel_err(out, o_ref) < 1e-2
     assert (lse - l_ref).abs().max().item() < 1e-2 * max(1.0, l_ref.abs().max().item())
+
+
+def recording_rescues(monkeypatch) -> list:
+    """The counts that ``cuda_prefill.rescue`` returns, as it is called."""
+    counts, rescue = [], cuda_prefill.rescue
+    monkeypatch.setattr(cuda_prefill, "rescue", lambda *a, **kw: counts.append(rescue(*a, **kw)) or counts[-1])
+    return counts
 
 
 @pytest.mark.parametrize("splits", [1, 2, 3, 7])
 def test_split_prefix_matches_the_reference(splits, monkeypatch):
     """The 2:4 blocks in ``splits`` parts (uneven where the count does not divide them), merged with the Triton part;
     no row is recomputed on ordinary inputs."""
-    recomputed = []
-    monkeypatch.setattr(cuda_prefill, "exact_rows", lambda *a: recomputed.append(a[1]))
+    counts = recording_rescues(monkeypatch)
     split_prefix_matches_the_reference(prefill_inputs(32, 8, 128, torch.bfloat16, 200, 3000, 1.0, 1.0), 3000, splits)
-    assert recomputed == []
+    assert [c.item() for c in counts] == [0]
 
 
 @pytest.mark.parametrize("splits", [1, 3])
 def test_rows_whose_exponentials_underflow_are_recomputed(splits, monkeypatch):
     """A key a thousand times longer than the others, orthogonal to KV head 0's queries, sets their static offset
     some 1400 (log2) above every score: the kernel's exponentials all flush to zero there, and those rows (and only
-    those) get their CUDA part again, exactly."""
-    recomputed = []
-    exact = cuda_prefill.exact_rows
-    monkeypatch.setattr(cuda_prefill, "exact_rows", lambda *a: recomputed.append(a[1].clone()) or exact(*a))
+    those) get their CUDA part again, on the GPU, with no host sync."""
+    counts = recording_rescues(monkeypatch)
     inputs = prefill_inputs(32, 8, 128, torch.bfloat16, 100, 2048, 1.0, 1.0)
     k_pool, k_index, q = inputs[0], inputs[2], inputs[4]
     slot = ~k_index[0, 5].item()
     k_pool.values[slot, 7] = 0
     k_pool.values[slot, 7, 0] = 1000.0  # one of d 0 .. 3, as the metadata says
     q[:, :4, :4] = 0  # KV head 0's query heads
-    split_prefix_matches_the_reference(inputs, 2048, splits)
-    assert len(recomputed) == 1 and sorted(recomputed[0][:, 1].unique().tolist()) == [0, 1, 2, 3]
-    assert len(recomputed[0]) == 100 * 4
+    blocks = gpu.cuda_prefix_blocks(*inputs[:4], 2048)  # the call's one host sync
+    run = lambda: gpu.cuda_prefix_prefill(*inputs[4:7], *inputs[:4], 2048, inputs[7], *blocks,  # noqa: E731
+                                          splits=splits)
+    split_prefix_matches_the_reference(inputs, 2048, splits)  # compiled, and right
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        again = run()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert [c.item() for c in counts] == [100 * 4] * 2
+    assert torch.equal(again[0], run()[0])
+
+
+def test_entries_past_the_pool_make_every_row_nan():
+    """``cuda_prefix_blocks`` raises on such an entry; given one anyway, the kernel computes nothing and every row of
+    the result is NaN, not stale memory."""
+    k_pool, v_pool, k_index, v_index, q, k, v, scale = prefill_inputs(32, 8, 128, torch.bfloat16, 64, 1000, 1.0, 1.0)
+    sparse, rest, kinds = gpu.cuda_prefix_blocks(k_pool, v_pool, k_index, v_index, 1000)
+    v_index[5, sparse[2]] = ~torch.tensor(v_pool.values.shape[0], dtype=torch.int32)
+    with pytest.raises(ValueError, match="2:4 slot"):
+        gpu.cuda_prefix_blocks(k_pool, v_pool, k_index, v_index, 1000)
+    out, lse = gpu.cuda_prefix_prefill(q, k, v, k_pool, v_pool, k_index, v_index, 1000, scale, sparse, rest, kinds)
+    assert out.isnan().all() and lse.isnan().all()
 
 
 def test_cuda_refuses_what_it_cannot_run():
