@@ -66,8 +66,8 @@ def rescue_kernel(q_ptr, k_dense, k_vals, k_meta, v_vals, v_meta, k_index, v_ind
     lse = tl.load(lse_ptr + row, mask=in_t, other=0.0)
     lost = in_t & (lse != lse)
     if not MARKED:
-        q = tl.load(q_ptr + q_off, mask=in_t[:, None], other=0.0).to(tl.float32)
-        bound = tl.sqrt(tl.sum(q * q, 1)) * tl.load(work + hk).to(tl.float32, bitcast=True) * scale_log2
+        qf = tl.load(q_ptr + q_off, mask=in_t[:, None], other=0.0).to(tl.float32)
+        bound = tl.sqrt(tl.sum(qf * qf, 1)) * tl.load(work + hk).to(tl.float32, bitcast=True) * scale_log2
         lost = lost | (in_t & (lse * _LOG2E < bound - headroom - gap))
     n_lost = tl.sum(lost.to(tl.int32))
     if tl.load(work + H_KV) != 0:

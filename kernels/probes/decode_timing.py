@@ -4,9 +4,10 @@ Default: three timings, to see what the benchmark itself adds: do_bench (a 256 M
 but leaves its dirty lines to be written back inside the timed call), a clean flush (the memset, then a 256 MB read
 pass, untimed), and the PyTorch profiler's kernel time back to back (no flush); ours with the combine launched
 plainly and as a programmatic dependent of the decode (``gpu.cuda_decode``'s ``dependent``).
-``--splits``: split counts 4-11 around the wave model's pick, by do_bench, and the profiler's time per kernel.
+``--splits``: split counts (default 4-11, around the wave model's pick; ``--counts`` others) by do_bench, and the
+profiler's time per kernel at 6 and 8.
 
-    python kernels/probes/decode_timing.py [--splits]
+    python kernels/probes/decode_timing.py [--splits [--counts 6,8,16,32,64]]
 """
 
 import argparse
@@ -74,7 +75,7 @@ def timings(q, sl, sdpa, gen):
         print(f"| {name} | {a:.4f} | {base[1] / a:.3f} | {c:.4f} | {base[2] / c:.3f} | {k:.4f} | {base[3] / k:.3f} |")
 
 
-def splits(q, sl, sdpa, gen):
+def splits(q, sl, sdpa, gen, counts):
     with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
         cudnn = bench(sdpa)
     print(f"cuDNN {cudnn:.4f} ms")
@@ -82,7 +83,7 @@ def splits(q, sl, sdpa, gen):
         k_pool, v_pool, k_index, v_index, _ = decode_inputs(B, CTX, s_k, s_v, gen)
         run = lambda n: gpu.cuda_decode(q, k_pool, v_pool, k_index, v_index, sl, D ** -0.5, n)  # noqa: E731
         row = []
-        for n in range(4, 12):
+        for n in counts:
             ms = bench(lambda: run(n))
             row.append(f"{n}:{ms:.4f}({cudnn / ms:.3f}x)")
         print(f"S_K={s_k} S_V={s_v} splits:ms " + " ".join(row), flush=True)
@@ -94,6 +95,7 @@ def splits(q, sl, sdpa, gen):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--splits", action="store_true", help="the split-count sweep instead of the three timings")
+    ap.add_argument("--counts", default="4,5,6,7,8,9,10,11", help="the split counts of --splits")
     args = ap.parse_args()
     gen = torch.Generator(device="cuda")
     gen.manual_seed(0)
@@ -101,7 +103,10 @@ def main():
     sl = torch.full((B,), CTX, dtype=torch.int32, device="cuda")
     kd, vd = (torch.randn(B, H_KV, CTX, D, generator=gen, device="cuda").to(DT) for _ in range(2))
     sdpa = lambda: F.scaled_dot_product_attention(q[:, :, None], kd, vd, enable_gqa=True)  # noqa: E731
-    (splits if args.splits else timings)(q, sl, sdpa, gen)
+    if args.splits:
+        splits(q, sl, sdpa, gen, [int(n) for n in args.counts.split(",")])
+    else:
+        timings(q, sl, sdpa, gen)
 
 
 if __name__ == "__main__":
