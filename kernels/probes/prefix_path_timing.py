@@ -3,12 +3,15 @@ the sparse tensor cores) and ``kernel="triton"``. The prefix is stored as served
 block, a dense window (the last 4 full blocks) and the partial last block. Llama-3.1-8B heads, bf16. Per chunk: one
 call's latency (synced after it), the time per call with 20 calls queued back to back (as a model's layers queue
 them), and the GPU's busy time per call (the profiler's kernel time). For an A/B of two trees, run it once with each
-on PYTHONPATH.
+on PYTHONPATH. ``--host-profile``: instead, where each path's host time goes (cProfile of 50 calls back to back, the
+functions with the most time of their own), for the first chunk length.
 
-    python kernels/probes/prefix_path_timing.py [--prefix 32778] [--chunks 256,1024,4096,8192]
+    python kernels/probes/prefix_path_timing.py [--prefix 32778] [--chunks 256,1024,4096,8192] [--host-profile]
 """
 
 import argparse
+import cProfile
+import pstats
 
 import torch
 from torch.profiler import ProfilerActivity, profile
@@ -54,10 +57,23 @@ def gpu_busy(fn, calls: int = 10) -> float:
     return sum(e.device_time_total for e in prof.key_averages()) / calls / 1000
 
 
+def host_profile(fn, calls: int = 50) -> None:
+    fn()
+    torch.cuda.synchronize()
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(calls):
+        fn()
+    torch.cuda.synchronize()
+    prof.disable()
+    pstats.Stats(prof).sort_stats("tottime").print_stats(20)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--prefix", type=int, default=32778)
     ap.add_argument("--chunks", default="256,1024,4096,8192")
+    ap.add_argument("--host-profile", action="store_true")
     args = ap.parse_args()
     gen = torch.Generator(device="cuda")
     gen.manual_seed(0)
@@ -69,6 +85,11 @@ def main() -> None:
         q, k, v = (torch.randn(t, h, D, device="cuda", dtype=torch.bfloat16, generator=gen) for h in (H_Q, H_KV, H_KV))
         run = {kernel: (lambda kernel=kernel: gpu.prefill_attention(q, k, v, *pools, args.prefix, kernel=kernel))
                for kernel in ("triton", "cuda")}
+        if args.host_profile:
+            for kernel, fn in run.items():
+                print(f"==== chunk {t}, kernel={kernel}: cProfile of 50 calls", flush=True)
+                host_profile(fn)
+            return
         want = run["triton"]()[0]
         for kernel, fn in run.items():
             err = rel_err(fn()[0], want)
