@@ -1,8 +1,8 @@
 """The CUDA prefill's lost rows recomputed on the GPU (``cuda_prefill.rescue``): a row whose scores all lie far below
 the kernel's static softmax offset may have had every exponential flushed to zero. Such rows are rare on real
 activations (4 of 184320 over SmolLM2's layers, kernels/BENCHMARKS.md, eighteenth session), so each program first
-tests its rows and returns at once where none is lost; the others attend in float32 with a running maximum over the
-same 2:4 blocks (as ``triton_prefill`` does), with no host sync."""
+tests its rows and returns at once where none is lost; the others attend with a running maximum (float32 sums) over
+the same 2:4 blocks (as ``triton_prefill`` does), with no host sync."""
 
 import triton
 import triton.language as tl
@@ -18,7 +18,7 @@ def _attend_rows(q, hk, tok, k_dense, k_vals, k_meta, v_vals, v_meta, k_index, v
                  H_KV: tl.constexpr, D: tl.constexpr, TOK: tl.constexpr, K_DENSE: tl.constexpr,
                  CAUSAL: tl.constexpr, PRMT: tl.constexpr):
     """``(out, lse)``: queries ``q [TOK, D]`` of KV head ``hk`` over its ``nb`` blocks (causally: token ``tok`` at
-    position ``q_pos0 + tok``), in float32, lse natural."""
+    position ``q_pos0 + tok``), float32, lse natural."""
     dense_off, dense_t_off, kv_off, km_off, vv_off, vm_off = slot_offsets(D)
     k_vals = k_vals.to(tl.pointer_type(tl.int32))
     k_meta = k_meta.to(tl.pointer_type(tl.int32))
