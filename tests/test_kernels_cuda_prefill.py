@@ -44,7 +44,8 @@ for q_pos0, s_k, other, marked, refused in json.loads(sys.argv[2]):
     k_d, v_d = (x.float().repeat_interleave(G, 1) for x in chunk_as_dense(k, v, chunk))
     scores = torch.einsum("thd,khd->thk", q.float(), k_d) * SCALE
     if q_pos0 is not None:
-        scores = scores.masked_fill(torch.arange(128)[None, None, :] > (q_pos0 + torch.arange(t))[:, None, None], -torch.inf)
+        after = torch.arange(128)[None, None, :] > (q_pos0 + torch.arange(t))[:, None, None]
+        scores = scores.masked_fill(after, -torch.inf)
     r_out, r_lse = torch.einsum("thk,khd->thd", scores.softmax(-1), v_d), scores.logsumexp(-1)
     parts = None
     if other:  # the same rows over other keys: their result merged into the recomputed part
