@@ -65,6 +65,20 @@ def timeit(fn, iters: int = 5, warmup: int = 2) -> float:
     return sorted(times)[len(times) // 2]
 
 
+def back_to_back(fn, n: int = 20, host_only: bool = False) -> float:
+    """Ms per call of ``n`` calls queued back to back (as a model's layers queue them), then one sync; ``host_only``:
+    the host's time to issue them (the clock stops before the sync)."""
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(n):
+        fn()
+    issued = time.perf_counter()
+    torch.cuda.synchronize()
+    return ((issued if host_only else time.perf_counter()) - start) / n * 1e3
+
+
 def _modes_prefix(prefix_len, p):
     if prefix_len < 1:
         return "dense"

@@ -40,6 +40,7 @@ UNDERFLOW_GAP = 78
 # exponential is at most 2^80, so a row's sum and its P-weighted values stay finite in float32 below 2^48 keys x |v|.
 OFFSET_HEADROOM = 80.0
 LOG2E = 1.4426950408889634
+REFUSED = "every index entry must name a 2:4 slot of its pool (~slot, inside the pool)"
 
 
 @functools.lru_cache(maxsize=None)
@@ -143,7 +144,7 @@ def settle(q, k: SparseBlocks | torch.Tensor, v: SparseBlocks, work, scale: floa
     if fallback:
         rescue(q, k, v, work, scale, q_pos0, out, lse, marked=True)
     if work[-1].item():
-        raise ValueError("every index entry must name a 2:4 slot of its pool (~slot, inside the pool)")
+        raise ValueError(REFUSED)
 
 
 def rescue(q, k: SparseBlocks | torch.Tensor, v: SparseBlocks, work, scale: float, q_pos0: int | None,

@@ -471,7 +471,7 @@ def cuda_prefix_blocks(k_pool: BlockPool, v_pool: BlockPool, k_index: torch.Tens
     past = (((~ki >= k_pool.values.shape[0]) | (~vi >= v_pool.values.shape[0])) & both).any()
     n, bad, *has = torch.cat((both.sum()[None], past[None], flags)).tolist()
     if bad:
-        raise ValueError("every index entry must name a 2:4 slot of its pool (~slot, inside the pool)")
+        raise ValueError(cp.REFUSED)
     return order[used - n:], order[:used - n], _kinds(has)
 
 

@@ -5,24 +5,11 @@ for scale, and the CUDA library's ``launch``. 512 tokens, Llama heads, 2048 keys
     python kernels/probes/launch_cost.py
 """
 
-import time
-
 import torch
 
 from hs_kernels import cuda_prefill as cp
+from hs_kernels.bench_prefill import back_to_back
 from hs_kernels.chunk_blocks import compress_chunk
-
-
-def host_us(fn, calls: int = 100) -> float:
-    for _ in range(5):
-        fn()
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    elapsed = time.perf_counter() - start
-    torch.cuda.synchronize()
-    return 1e6 * elapsed / calls
 
 
 def main() -> None:
@@ -41,7 +28,7 @@ def main() -> None:
                      ("rescue marked", lambda: cp.rescue(q, keys, values, work, scale, 0, out, lse, marked=True)),
                      ("zeros(1)", lambda: torch.zeros(1, dtype=torch.int32, device="cuda")),
                      ("launch", lambda: cp.launch(q, keys, values, scale, None, out, lse, flag=False))):
-        print(f"{name}: {host_us(fn):.1f} us host per call", flush=True)
+        print(f"{name}: {1e3 * back_to_back(fn, 100, host_only=True):.1f} us host per call", flush=True)
 
 
 if __name__ == "__main__":

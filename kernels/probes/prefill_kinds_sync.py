@@ -6,23 +6,10 @@ default copied the prefix dense; Llama-3.1-8B heads, bf16.
 
     python kernels/probes/prefill_kinds_sync.py
 """
-import time
-
 import torch
 
 from hs_kernels import gpu
-from hs_kernels.bench_prefill import D, H_KV, H_Q, _copies, _pools_at, timeit
-
-
-def back_to_back(fn, n: int = 20) -> float:
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(n):
-        fn()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - start) / n * 1e3
+from hs_kernels.bench_prefill import D, H_KV, H_Q, _copies, _pools_at, back_to_back, timeit
 
 
 def first_of_kind(index: torch.Tensor, used: int, want) -> torch.Tensor:

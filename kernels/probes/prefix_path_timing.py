@@ -18,7 +18,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from hs_kernels import gpu
 from hs_kernels.bench_gpu import rel_err
-from hs_kernels.bench_prefill import D, H_KV, H_Q, timeit
+from hs_kernels.bench_prefill import D, H_KV, H_Q, back_to_back, timeit
 from hs_kernels.compressed_kv import to_blocks
 from hs_kernels.pool import BlockPool
 from hs_kernels.pruner import element_mask
@@ -35,18 +35,6 @@ def served_pools(prefix: int, gen: torch.Generator):
         out.append(BlockPool.holding(operand, blocks, sparse, element_mask(blocks, operand)))
     (k_pool, k_index), (v_pool, v_index) = out
     return k_pool, v_pool, k_index, v_index
-
-
-def back_to_back(fn, calls: int = 20) -> float:
-    fn()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(calls):
-        fn()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / calls
 
 
 def gpu_busy(fn, calls: int = 10) -> float:
