@@ -149,15 +149,15 @@ def settle(q, k: SparseBlocks | torch.Tensor, v: SparseBlocks, work, scale: floa
 
 def rescue(q, k: SparseBlocks | torch.Tensor, v: SparseBlocks, work, scale: float, q_pos0: int | None,
            out: torch.Tensor, lse: torch.Tensor, other: tuple[torch.Tensor, torch.Tensor] | None = None,
-           marked: bool = False) -> torch.Tensor:
+           marked: bool = False, count: torch.Tensor | None = None) -> None:
     """``launch``'s lost rows recomputed in place on the GPU, with a running maximum (``triton_rescue``), no host sync.
 
     Lost: ``lse`` NaN (the kernel's mark) or, unless ``marked`` (only the marks count), ``lse`` more than
     ``UNDERFLOW_GAP`` (log2) below the kernel's static offset (``work``: what ``launch`` returned; ``OFFSET_HEADROOM``
     below the bound), where exponentials the kernel flushed to zero may have counted; ``lse`` may be the merge of
     ``launch``'s parts (``flag=False``) with other keys', given as ``other`` (``out``, ``lse`` of the same rows), which
-    is then merged into the recomputed rows. Every row becomes NaN where ``launch`` refused an index entry. Returns
-    the count of recomputed rows (``[1]`` int32 on q's device)."""
+    is then merged into the recomputed rows. Every row becomes NaN where ``launch`` refused an index entry. ``count``
+    (``[1]`` int32 on q's device, for tests and probes): the recomputed rows are added to it."""
     from . import triton_rescue
 
     t, h_q, d = q.shape
@@ -165,14 +165,13 @@ def rescue(q, k: SparseBlocks | torch.Tensor, v: SparseBlocks, work, scale: floa
     dense = isinstance(k, torch.Tensor)
     # the pointers a variant does not read are V's
     k_dense, k_vals, k_meta, k_index = (k, v.values, v.meta, v.index) if dense else (v.values, *k)
-    count = torch.zeros(1, dtype=torch.int32, device=q.device)
     tok = 16  # rows per program: the least tl.dot takes
     triton_rescue.rescue_kernel[(-(-t // tok), h_q)](
-        q, k_dense, k_vals, k_meta, v.values, v.meta, k_index, v.index, work, *(other or (out, lse)), out, lse, count,
+        q, k_dense, k_vals, k_meta, v.values, v.meta, k_index, v.index, work, *(other or (out, lse)), out, lse,
+        work if count is None else count,  # an unread pointer where nothing is counted
         scale * LOG2E, OFFSET_HEADROOM, UNDERFLOW_GAP, t, nb, 0 if q_pos0 is None else q_pos0,
         H_KV=h_kv, G=h_q // h_kv, D=d, TOK=tok, K_DENSE=dense, CAUSAL=q_pos0 is not None, MARKED=marked,
-        OTHER=other is not None, PRMT=q.is_cuda)
-    return count
+        OTHER=other is not None, COUNT=count is not None, PRMT=q.is_cuda)
 
 
 def launch(q, k: SparseBlocks | torch.Tensor, v: SparseBlocks, scale: float, q_pos0: int | None,

@@ -131,15 +131,22 @@ def prefill_split_plan(programs: int, full_blocks: int, device: torch.device,
     return (max(1, -(-full_blocks // per_split)) if full_blocks else 1), per_split
 
 
+@functools.lru_cache(maxsize=64)
+def _placeholder(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """Zeros standing in for an empty tensor, which no kernel reads: kept, not allocated on every call (a memset
+    launch each)."""
+    return torch.zeros(shape, dtype=dtype, device=device)
+
+
 def _nonempty(x: torch.Tensor) -> torch.Tensor:
     """A pool tensor with at least one slot (an empty pool is never read, but needs a pointer)."""
-    return x.contiguous() if x.shape[0] else torch.zeros((1, *x.shape[1:]), dtype=x.dtype, device=x.device)
+    return x.contiguous() if x.shape[0] else _placeholder((1, *x.shape[1:]), x.dtype, x.device)
 
 
 def _with_column(index: torch.Tensor) -> torch.Tensor:
     """An index map with at least one column (an empty prefix is never read, but needs a pointer;
     TileLang also checks packed strides)."""
-    return index.contiguous() if index.shape[-1] else torch.zeros((*index.shape[:-1], 1), dtype=index.dtype, device=index.device)
+    return index.contiguous() if index.shape[-1] else _placeholder((*index.shape[:-1], 1), index.dtype, index.device)
 
 
 def _pool_kinds(pool: BlockPool) -> int:
@@ -460,19 +467,22 @@ def cuda_prefix_splits(t: int, h_q: int, h_kv: int, blocks: int, device: torch.d
 def cuda_prefix_blocks(k_pool: BlockPool, v_pool: BlockPool, k_index: torch.Tensor, v_index: torch.Tensor,
                        prefix_len: int) -> tuple[torch.Tensor, torch.Tensor, tuple[int, int]]:
     """``(sparse, rest, kinds)``: the positions of the prefix's full blocks that are 2:4 in K and V for every KV head,
-    the prefix's other blocks (the partial last one among them), each ascending, and the kinds of the rest's K and V
-    entries (``_entry_kinds``); one host sync. Raises ValueError where an entry at ``sparse`` lies past its pool."""
-    used = -(-prefix_len // BLOCK_SIZE)
-    ki, vi = k_index[:, :used], v_index[:, :used]
-    full = torch.arange(used, device=k_index.device) < prefix_len // BLOCK_SIZE
-    both = ((ki < 0) & (vi < 0)).all(0) & full
-    order = torch.argsort(both.to(torch.int8), stable=True)  # the other blocks first, then the 2:4 ones
-    flags = _entry_flags(ki, vi, ~both)
-    past = (((~ki >= k_pool.values.shape[0]) | (~vi >= v_pool.values.shape[0])) & both).any()
-    n, bad, *has = torch.cat((both.sum()[None], past[None], flags)).tolist()
+    the prefix's other blocks (the partial last one among them), each ascending (int32), and the kinds of the rest's K
+    and V entries (``_kinds``): one launch (``triton_prefix_blocks``), one host sync. Raises ValueError where an entry
+    at ``sparse`` lies past its pool."""
+    from .triton_prefix_blocks import HEAD, prefix_blocks_kernel
+
+    h_kv, used = k_index.shape[0], -(-prefix_len // BLOCK_SIZE)
+    out = torch.empty(HEAD + 2 * used, dtype=torch.int32, device=k_index.device)
+    if k_index.stride(1) != 1 or v_index.stride(1) != 1:
+        k_index, v_index = k_index.contiguous(), v_index.contiguous()
+    prefix_blocks_kernel[(1,)](k_index, v_index, k_index.stride(0), v_index.stride(0), used, prefix_len // BLOCK_SIZE,
+                               k_pool.values.shape[0], v_pool.values.shape[0], out, H_KV=h_kv,
+                               HEADS=_next_pow2(h_kv), BLOCK=256)
+    n, bad, *has = out[:HEAD].tolist()
     if bad:
         raise ValueError(cp.REFUSED)
-    return order[used - n:], order[:used - n], _kinds(has)
+    return out[HEAD:HEAD + n], out[HEAD + used:HEAD + 2 * used - n], _kinds(has)
 
 
 def cuda_prefix_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len: int, scale: float,
@@ -533,20 +543,13 @@ def prefill_compressed_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
 def _entry_kinds(k_index: torch.Tensor, v_index: torch.Tensor, used: int) -> tuple[int, int]:
     """Kinds (dense 1, sparse 2, both 3; dense where there is none) of the first ``used`` K and V entries, with one
     host sync."""
-    return _kinds(_entry_flags(k_index[:, :used], v_index[:, :used]).tolist() if used else [0] * 4)
-
-
-def _entry_flags(ki: torch.Tensor, vi: torch.Tensor, blocks: torch.Tensor | None = None) -> torch.Tensor:
-    """Whether K's entries ``ki [H_kv, n]`` (of the ``blocks`` where given, bool ``[n]``) hold dense ones, sparse ones,
-    then V's likewise: ``[4]`` int64 on their device, no host sync."""
-    flags = torch.stack((ki >= 0, ki < 0, vi >= 0, vi < 0))
-    if blocks is not None:
-        flags &= blocks
-    return flags.flatten(1).any(1).long()
+    ki, vi = k_index[:, :used], v_index[:, :used]
+    return _kinds(torch.stack((ki >= 0, ki < 0, vi >= 0, vi < 0)).flatten(1).any(1).tolist() if used else [0] * 4)
 
 
 def _kinds(has) -> tuple[int, int]:
-    """``_entry_flags`` (as a list) as the kinds of K and V: dense 1, sparse 2, both 3, dense where there is none."""
+    """Whether K's entries hold dense ones, sparse ones, then V's likewise (four flags) as the kinds of K and V: dense
+    1, sparse 2, both 3, dense where there is none."""
     from .triton_blocks import DENSE, SPARSE
 
     return DENSE * has[0] | SPARSE * has[1] or DENSE, DENSE * has[2] | SPARSE * has[3] or DENSE
@@ -681,10 +684,7 @@ def _densified(k_pool, v_pool, k_index, v_index, used: int, k_mode: int, v_mode:
         _nonempty(v_pool.dense), _nonempty(v_pool.values), _nonempty(v_pool.meta),
         k_index.contiguous(), v_index.contiguous(), k_out, v_out, nb, used,
         D=k_pool.head_dim, K_MODE=k_mode, V_MODE=v_mode, PRMT=prmt, ALL=every, num_warps=4)
-    # the same width as the kept map: the prefill reads both with one row stride
-    index = torch.zeros(h_kv, nb, dtype=torch.int32, device=device)
-    index[:, :used] = (torch.arange(h_kv, dtype=torch.int32, device=device)[:, None] * used
-                       + torch.arange(used, dtype=torch.int32, device=device)[None, :])
+    index = _copy_index(h_kv, nb, used, device)
     out = []
     for pool, idx, copied, x in ((k_pool, k_index, k_copied, k_out), (v_pool, v_index, v_copied, v_out)):
         if not copied:
@@ -695,6 +695,14 @@ def _densified(k_pool, v_pool, k_index, v_index, used: int, k_mode: int, v_mode:
                               torch.empty((0, *meta_shape), dtype=META_DTYPE, device=device)), index))
     (k_pool, k_index), (v_pool, v_index) = out
     return k_pool, v_pool, k_index, v_index
+
+
+@functools.lru_cache(maxsize=64)
+def _copy_index(h_kv: int, nb: int, used: int, device: torch.device) -> torch.Tensor:
+    """The index map of ``_densified``'s copy, ``h * used + j`` for the first ``used`` of ``nb`` columns (the same width
+    as a kept map: the prefill reads both with one row stride); kept, as a model's layers ask for the same one."""
+    j = torch.arange(nb, dtype=torch.int32, device=device)
+    return torch.where(j < used, torch.arange(h_kv, dtype=torch.int32, device=device)[:, None] * used + j, 0)
 
 
 def streaming_supported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:

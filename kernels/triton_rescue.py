@@ -50,12 +50,12 @@ def rescue_kernel(q_ptr, k_dense, k_vals, k_meta, v_vals, v_meta, k_index, v_ind
                   out_ptr, lse_ptr, count, scale_log2, headroom, gap, t_len, nb, q_pos0,
                   H_KV: tl.constexpr, G: tl.constexpr, D: tl.constexpr, TOK: tl.constexpr,
                   K_DENSE: tl.constexpr, CAUSAL: tl.constexpr, MARKED: tl.constexpr, OTHER: tl.constexpr,
-                  PRMT: tl.constexpr):
+                  COUNT: tl.constexpr, PRMT: tl.constexpr):
     """Program (token tile, query head): its rows' ``out``/``lse`` replaced where lost. Lost: ``lse`` NaN (the
     kernel's mark) or, unless ``MARKED`` (only the marks count), ``lse`` (log2) more than ``gap`` below the offset
     ``|q| x work[hk] (the longest key, float bits) x scale_log2 - headroom``. ``OTHER``: the rows' attention over
     other keys (``other_out``, ``other_lse``) merged into the recomputed part. Where ``work[H_KV]`` is set (the launch
-    refused an index entry and computed nothing) every row becomes NaN. ``count``: lost rows added."""
+    refused an index entry and computed nothing) every row becomes NaN. ``COUNT``: lost rows added to ``count``."""
     h = tl.program_id(1)
     hk = h // G
     tok = tl.program_id(0) * TOK + tl.arange(0, TOK)
@@ -88,4 +88,5 @@ def rescue_kernel(q_ptr, k_dense, k_vals, k_meta, v_vals, v_meta, k_index, v_ind
             lse = top + tl.log(w + w_o)
         tl.store(out_ptr + q_off, out.to(out_ptr.dtype.element_ty), mask=lost[:, None])
         tl.store(lse_ptr + row, lse, mask=lost)
-        tl.atomic_add(count, n_lost)
+        if COUNT:
+            tl.atomic_add(count, n_lost)

@@ -65,7 +65,8 @@ for q_pos0, s_k, other, marked, refused in json.loads(sys.argv[2]):
     lse[kind == 2] = edge[kind == 2] - 0.5
     lse[kind == 3] = edge[kind == 3] + 0.5
     before = lse.clone()
-    count = cp.rescue(q, keys, values, work, SCALE, q_pos0, out, lse, other=parts, marked=marked)
+    count = torch.zeros(1, dtype=torch.int32)
+    cp.rescue(q, keys, values, work, SCALE, q_pos0, out, lse, other=parts, marked=marked, count=count)
     lost = (kind == 1) | ((kind == 2) & (not marked))
     kept = ~lost
     results.append({
@@ -124,32 +125,74 @@ def test_kernel_builds_for_hopper(group, tmp_path):
     assert nvcc.library(cuda_prefill.SOURCE, "sm_90a", (f"HS_G={group}",), tmp_path) == so
 
 
-def test_prefix_blocks_split_by_kind():
-    """The full prefix blocks 2:4 in K and V for every KV head go to the kernel; the others, the partial last block
-    among them, stay in order for the Triton kernel, with their entries' kinds."""
-    k_index = ~torch.arange(14, dtype=torch.int32).view(2, 7)
-    v_index = ~torch.arange(14, dtype=torch.int32).view(2, 7)
-    k_index[1, 2] = 0  # a dense entry in one head
-    v_index[0, 4] = 3
+PREFIX_BLOCKS = r"""
+import json, sys, torch
+sys.path.insert(0, sys.argv[1])
+from hs_kernels import gpu
+from hs_kernels.pool import BlockPool
 
-    pools = [BlockPool.allocate(op, D, 8, 14, torch.bfloat16) for op in ("k", "v")]
+results = []
+for h_kv, nb, prefix_len, dense_share, seed in json.loads(sys.argv[2]):
+    gen = torch.Generator().manual_seed(seed)
+    slots = 3 * nb
+    pools = [BlockPool.allocate(op, 128, 4, slots, torch.bfloat16) for op in ("k", "v")]
+    # wider than the prefix and sliced: row strides that are not the width
+    k_index, v_index = (torch.where(torch.rand(h_kv, nb + 5, generator=gen) < dense_share,
+                                    torch.randint(0, 4, (h_kv, nb + 5), generator=gen, dtype=torch.int32),
+                                    ~torch.randint(0, slots, (h_kv, nb + 5), generator=gen, dtype=torch.int32))[:, :nb]
+                        for _ in range(2))
+    used, full = -(-prefix_len // 64), prefix_len // 64
+    ki, vi = k_index[:, :used], v_index[:, :used]
+    both = ((ki < 0) & (vi < 0)).all(0) & (torch.arange(used) < full)
+    has = [bool(x[:, ~both].any()) for x in (ki >= 0, ki < 0, vi >= 0, vi < 0)]
+    expected = [both.nonzero()[:, 0].tolist(), (~both).nonzero()[:, 0].tolist(), list(gpu._kinds(has))]
+    sparse, rest, kinds = gpu.cuda_prefix_blocks(*pools, k_index, v_index, prefix_len)
+    results.append({"got": [sparse.tolist(), rest.tolist(), list(kinds)], "expected": expected})
 
-    def split(prefix_len):
+# a small case by hand: a dense entry in one head keeps a block from the kernel; past the pool is refused
+k_index = ~torch.arange(14, dtype=torch.int32).view(2, 7)
+v_index = ~torch.arange(14, dtype=torch.int32).view(2, 7)
+k_index[1, 2] = 0
+v_index[0, 4] = 3
+pools = [BlockPool.allocate(op, 128, 8, 14, torch.bfloat16) for op in ("k", "v")]
+
+def split(prefix_len):
+    try:
         sparse, rest, kinds = gpu.cuda_prefix_blocks(*pools, k_index, v_index, prefix_len)
-        return sparse.tolist(), rest.tolist(), kinds
+    except ValueError as e:
+        return str(e)
+    return [sparse.tolist(), rest.tolist(), list(kinds)]
 
-    assert split(64 * 6 + 5) == ([0, 1, 3, 5], [2, 4, 6], (3, 3))
-    assert split(64 * 6) == ([0, 1, 3, 5], [2, 4], (3, 3))
-    assert split(64 * 5) == ([0, 1, 3], [2, 4], (3, 3))
-    assert split(64 * 4) == ([0, 1, 3], [2], (3, 2))
-    assert split(64 * 2) == ([0, 1], [], (1, 1))
-    assert split(63) == ([], [0], (2, 2))
-    k_index[:, 0], v_index[:, 0] = 5, 6  # a dense block in every head
-    assert split(64 * 2) == ([1], [0], (1, 1))
-    v_index[1, 5] = ~14  # past the pool: refused, not handed to the kernel
-    with pytest.raises(ValueError, match="2:4 slot"):
-        split(64 * 6)
-    assert split(64 * 5) == ([1, 3], [0, 2, 4], (3, 3))  # the block is not used
+by_hand = [split(64 * 6 + 5), split(64 * 6), split(64 * 5), split(64 * 4), split(64 * 2), split(63)]
+k_index[:, 0], v_index[:, 0] = 5, 6
+by_hand.append(split(64 * 2))
+v_index[1, 5] = ~14
+by_hand += [split(64 * 6), split(64 * 5)]
+print(json.dumps({"random": results, "by_hand": by_hand}))
+"""
+
+
+def test_prefix_blocks_split_by_kind():
+    """``gpu.cuda_prefix_blocks`` (one Triton program, here under the interpreter): the full prefix blocks 2:4 in K and
+    V for every KV head go to the kernel; the others, the partial last block among them, stay in order for the Triton
+    kernel, with their entries' kinds; an entry of a kernel block past its pool is refused. Random maps (KV heads not
+    a power of two, more blocks than one step of the program, sliced maps) against torch; then cases by hand."""
+    r = interpret(PREFIX_BLOCKS, [[2, 7, 64 * 6 + 5, 0.1, 0], [3, 300, 64 * 290, 0.02, 1], [8, 600, 64 * 600 - 1, 0.003, 2],
+                                  [5, 520, 64 * 517, 0.0, 3], [1, 40, 64 * 40, 1.0, 4]])
+    for case in r["random"]:
+        assert case["got"] == case["expected"]
+    assert any(len(case["got"][0]) > 256 for case in r["random"])  # kernel blocks found over more than one step
+    assert r["by_hand"] == [
+        [[0, 1, 3, 5], [2, 4, 6], [3, 3]],
+        [[0, 1, 3, 5], [2, 4], [3, 3]],
+        [[0, 1, 3], [2, 4], [3, 3]],
+        [[0, 1, 3], [2], [3, 2]],
+        [[0, 1], [], [1, 1]],
+        [[], [0], [2, 2]],
+        [[1], [0], [1, 1]],  # a dense block in every head
+        cuda_prefill.REFUSED,  # an entry past the pool: refused, not handed to the kernel
+        [[1, 3], [0, 2, 4], [3, 3]],  # that block not used
+    ]
 
 
 def test_builds_exist_for_head_dim_128_and_gqa_ratios_dividing_64():

@@ -87,9 +87,14 @@ def split_prefix_matches_the_reference(inputs, prefix_len, splits):
 
 
 def recording_rescues(monkeypatch) -> list:
-    """The counts that ``cuda_prefill.rescue`` returns, as it is called."""
+    """The rows that each call of ``cuda_prefill.rescue`` recomputes (its ``count``), as it is called."""
     counts, rescue = [], cuda_prefill.rescue
-    monkeypatch.setattr(cuda_prefill, "rescue", lambda *a, **kw: counts.append(rescue(*a, **kw)) or counts[-1])
+
+    def counting(q, *args, **kwargs):
+        counts.append(torch.zeros(1, dtype=torch.int32, device=q.device))
+        rescue(q, *args, count=counts[-1], **kwargs)
+
+    monkeypatch.setattr(cuda_prefill, "rescue", counting)
     return counts
 
 

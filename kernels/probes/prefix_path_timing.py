@@ -2,16 +2,23 @@
 the sparse tensor cores) and ``kernel="triton"``. The prefix is stored as served: 2:4 in K and V but for a dense sink
 block, a dense window (the last 4 full blocks) and the partial last block. Llama-3.1-8B heads, bf16. Per chunk: one
 call's latency (synced after it), the time per call with 20 calls queued back to back (as a model's layers queue
-them), and the GPU's busy time per call (the profiler's kernel time). For an A/B of two trees, run it once with each
-on PYTHONPATH. ``--host-profile``: instead, where each path's host time goes (cProfile of 50 calls back to back, the
-functions with the most time of their own), for the first chunk length.
+them), and the GPU's busy time per call (the profiler's kernel time). ``--against DIR``: another tree's kernels folder
+(``git archive REV kernels | tar -x -C DIR/..``) imported beside this one and timed in the same process, the two
+alternating for ``--rounds`` rounds (separate processes of the same code differed by up to 32 % on host-bound calls,
+kernels/BENCHMARKS.md, nineteenth session). ``--host-profile``: instead, where each path's host time goes (cProfile
+of 50 calls back to back, the functions with the most time of their own), for the first chunk length.
 
     python kernels/probes/prefix_path_timing.py [--prefix 32778] [--chunks 256,1024,4096,8192] [--host-profile]
+                                                [--against DIR [--rounds 3]]
 """
 
 import argparse
 import cProfile
+import importlib
+import os
 import pstats
+import sys
+import tempfile
 
 import torch
 from torch.profiler import ProfilerActivity, profile
@@ -57,32 +64,47 @@ def host_profile(fn, calls: int = 50) -> None:
     pstats.Stats(prof).sort_stats("tottime").print_stats(20)
 
 
+def tree(kernels_dir: str):
+    """``(gpu, BlockPool)`` of another tree's kernels folder, imported as the package ``hs_kernels_against``."""
+    root = tempfile.mkdtemp()
+    os.symlink(os.path.abspath(kernels_dir), os.path.join(root, "hs_kernels_against"))
+    sys.path.insert(0, root)
+    return importlib.import_module("hs_kernels_against.gpu"), importlib.import_module("hs_kernels_against.pool").BlockPool
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--prefix", type=int, default=32778)
     ap.add_argument("--chunks", default="256,1024,4096,8192")
     ap.add_argument("--host-profile", action="store_true")
+    ap.add_argument("--against")
+    ap.add_argument("--rounds", type=int, default=1)
     args = ap.parse_args()
     gen = torch.Generator(device="cuda")
     gen.manual_seed(0)
     pools = served_pools(args.prefix, gen)
+    trees = {"this": (gpu, pools)}
+    if args.against:
+        other, pool_class = tree(args.against)
+        trees["against"] = (other, tuple(pool_class(p.operand, p.dense, p.values, p.meta) for p in pools[:2]) + pools[2:])
     print(f"prefix {args.prefix} (served layout), Llama heads, bf16; ms per call\n"
-          "| chunk | kernel | one call, synced | back to back | GPU busy | rel.err vs triton |\n|---|---|---|---|---|---|",
-          flush=True)
+          "| round | tree | chunk | kernel | one call, synced | back to back | GPU busy | rel.err vs triton |\n"
+          "|---|---|---|---|---|---|---|---|", flush=True)
     for t in (int(x) for x in args.chunks.split(",")):
         q, k, v = (torch.randn(t, h, D, device="cuda", dtype=torch.bfloat16, generator=gen) for h in (H_Q, H_KV, H_KV))
-        run = {kernel: (lambda kernel=kernel: gpu.prefill_attention(q, k, v, *pools, args.prefix, kernel=kernel))
-               for kernel in ("triton", "cuda")}
+        run = {(name, kernel): (lambda g=g, p=p, kernel=kernel: g.prefill_attention(q, k, v, *p, args.prefix, kernel=kernel))
+               for name, (g, p) in trees.items() for kernel in ("triton", "cuda")}
         if args.host_profile:
-            for kernel, fn in run.items():
-                print(f"==== chunk {t}, kernel={kernel}: cProfile of 50 calls", flush=True)
+            for (name, kernel), fn in run.items():
+                print(f"==== {name} tree, chunk {t}, kernel={kernel}: cProfile of 50 calls", flush=True)
                 host_profile(fn)
             return
-        want = run["triton"]()[0]
-        for kernel, fn in run.items():
-            err = rel_err(fn()[0], want)
-            print(f"| {t} | {kernel} | {timeit(fn, iters=20):.3f} | {back_to_back(fn):.3f} | {gpu_busy(fn):.3f} | "
-                  f"{err:.1e} |", flush=True)
+        want = run[("this", "triton")]()[0]
+        for r in range(args.rounds):
+            for (name, kernel), fn in (run.items() if r % 2 == 0 else reversed(run.items())):
+                err = rel_err(fn()[0], want)
+                print(f"| {r} | {name} | {t} | {kernel} | {timeit(fn, iters=20):.3f} | {back_to_back(fn):.3f} | "
+                      f"{gpu_busy(fn):.3f} | {err:.1e} |", flush=True)
 
 
 if __name__ == "__main__":
