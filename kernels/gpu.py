@@ -391,8 +391,8 @@ def prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     that are 2:4 in K and V for every KV head on the sparse tensor cores (``cuda_prefill``, no mask: every query
     sees them), the chunk and the other prefix blocks on the Triton kernel, the two merged by log-sum-exp
     (``cuda_prefix_prefill``; raises ValueError where ``cuda_prefill.supports`` refuses the queries or no such block
-    exists); "auto", "cuda" where such blocks hold ``CUDA_PREFIX_MIN_KEYS`` keys and the query tokens x those keys
-    reach ``CUDA_PREFIX_MIN_PAIRS`` (``cuda_prefix_worth``), else "triton". ``block_m``, ``num_warps``,
+    exists); "auto", "cuda" where such blocks hold enough keys and query tokens x keys (``cuda_prefix_worth``), else
+    "triton". ``block_m``, ``num_warps``,
     ``num_stages``, ``select``, ``chunk_n``, ``heads``, ``densify``, ``prefix_n`` and ``tma`` are the Triton
     kernel's launch options (``triton_prefill``; defaults: ``prefill_launch``).
     No bounds check of the used index entries against the pools on the Triton path (the reference and the CUDA
@@ -426,9 +426,17 @@ def prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 # prefixes do (0.86-0.96x: the Triton part then has a prefix of its own). A CTA walks its part of the prefix: a chunk
 # whose CTAs fill fewer than CUDA_PREFIX_MIN_WAVES waves splits the prefix among more (cuda_prefix_splits): the
 # kernel's time over 1-16 splits at 256 and 1K tokens after 32K fits waves x (blocks per split + 9) within 3 %
+# With the prefix's split in one launch (twentieth session) the CUDA path costs some 0.5-0.6 ms a call at 256 tokens,
+# and the Triton path's time grows with the prefix (256 tokens: 0.47 ms after 32778 keys, 0.69 after 49162, 0.90 after
+# 65546); so beside the rule above a long prefix (CUDA_PREFIX_LONG_KEYS 2:4 keys) takes it from
+# CUDA_PREFIX_LONG_MIN_TOKENS: after served prefixes of 49162-131082 tokens, 256-1024 token chunks ran 1.24-2.1x
+# faster back to back; after 32778, 256-2048 token chunks were within 10 % either way (kernels/BENCHMARKS.md, twentieth
+# session)
 CUDA_PREFIX_MIN_WAVES = 4
 CUDA_PREFIX_MIN_KEYS = 1 << 14
 CUDA_PREFIX_MIN_PAIRS = 1 << 27
+CUDA_PREFIX_LONG_KEYS = 5 << 13
+CUDA_PREFIX_LONG_MIN_TOKENS = 256
 CUDA_PREFIX_SPLIT_OVERHEAD_BLOCKS = 9  # a CTA's fixed cost (Q, the pipeline's fill, its part's output) in blocks
 
 
@@ -450,8 +458,10 @@ def cuda_prefix_pays(q: torch.Tensor, k_pool: BlockPool, v_pool: BlockPool, k_in
 
 
 def cuda_prefix_worth(t: int, keys: int) -> bool:
-    """Whether ``keys`` prefix keys for ``t`` query tokens reach ``CUDA_PREFIX_MIN_KEYS`` and ``CUDA_PREFIX_MIN_PAIRS``."""
-    return keys >= CUDA_PREFIX_MIN_KEYS and t * keys >= CUDA_PREFIX_MIN_PAIRS
+    """Whether ``keys`` prefix keys for ``t`` query tokens reach ``CUDA_PREFIX_MIN_KEYS`` and ``CUDA_PREFIX_MIN_PAIRS``,
+    or ``CUDA_PREFIX_LONG_KEYS`` and ``CUDA_PREFIX_LONG_MIN_TOKENS``."""
+    return ((keys >= CUDA_PREFIX_MIN_KEYS and t * keys >= CUDA_PREFIX_MIN_PAIRS)
+            or (keys >= CUDA_PREFIX_LONG_KEYS and t >= CUDA_PREFIX_LONG_MIN_TOKENS))
 
 
 def cuda_prefix_splits(t: int, h_q: int, h_kv: int, blocks: int, device: torch.device) -> int:

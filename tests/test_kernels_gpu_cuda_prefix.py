@@ -49,16 +49,22 @@ def test_cuda_prefix_matches_the_reference(case, monkeypatch):
 
 def test_auto_takes_the_kernel_from_enough_keys_and_pairs(monkeypatch):
     """"auto": the CUDA path for a chunk after a 2:4 prefix of ``gpu.CUDA_PREFIX_MIN_KEYS`` keys and
-    ``gpu.CUDA_PREFIX_MIN_PAIRS`` query x key pairs; the Triton kernel alone for a shorter prefix, a shorter chunk, a
-    dense prefix or float16."""
+    ``gpu.CUDA_PREFIX_MIN_PAIRS`` query x key pairs, or of ``CUDA_PREFIX_LONG_KEYS`` keys and
+    ``CUDA_PREFIX_LONG_MIN_TOKENS`` tokens; the Triton kernel alone for a shorter prefix, a shorter chunk, a dense prefix
+    or float16."""
     calls = []
     split = gpu.cuda_prefix_prefill
     monkeypatch.setattr(gpu, "cuda_prefix_prefill", lambda *a, **kw: calls.append(1) or split(*a, **kw))
     prefix = 64 * -(-gpu.CUDA_PREFIX_MIN_KEYS // 64)
     t = -(-gpu.CUDA_PREFIX_MIN_PAIRS // prefix)
+    long_prefix = 64 * -(-gpu.CUDA_PREFIX_LONG_KEYS // 64)
+    long_t = gpu.CUDA_PREFIX_LONG_MIN_TOKENS
+    assert long_t < t
     for t_, p_, s, dtype, expect in ((t, prefix, 1.0, torch.bfloat16, [1]), (t - 1, prefix, 1.0, torch.bfloat16, []),
                                      (t + 64, prefix - 64, 1.0, torch.bfloat16, []), (t, prefix, 0.0, torch.bfloat16, []),
-                                     (t, prefix, 1.0, torch.float16, [])):
+                                     (t, prefix, 1.0, torch.float16, []), (long_t, long_prefix, 1.0, torch.bfloat16, [1]),
+                                     (long_t - 1, long_prefix, 1.0, torch.bfloat16, []),
+                                     (long_t, long_prefix - 64, 1.0, torch.bfloat16, [])):
         calls.clear()
         k_pool, v_pool, k_index, v_index, q, k, v, scale = prefill_inputs(32, 8, 128, dtype, t_, p_, s, s)
         out, _ = hs_kernels.prefill_attention(q, k, v, k_pool, v_pool, k_index, v_index, p_, scale)

@@ -2,7 +2,8 @@
 the sparse tensor cores) and ``kernel="triton"``. The prefix is stored as served: 2:4 in K and V but for a dense sink
 block, a dense window (the last 4 full blocks) and the partial last block. Llama-3.1-8B heads, bf16. Per chunk: one
 call's latency (synced after it), the time per call with 20 calls queued back to back (as a model's layers queue
-them), and the GPU's busy time per call (the profiler's kernel time). ``--against DIR``: another tree's kernels folder
+them), and the GPU's busy time per call (the profiler's kernel time); "cuda, split given" is the CUDA path with the
+prefix's split (``gpu.cuda_prefix_blocks``, the call's host sync) found once beforehand. ``--against DIR``: another tree's kernels folder
 (``git archive REV kernels | tar -x -C DIR/..``) imported beside this one and timed in the same process, the two
 alternating for ``--rounds`` rounds (separate processes of the same code differed by up to 32 % on host-bound calls,
 kernels/BENCHMARKS.md, nineteenth session). ``--host-profile``: instead, where each path's host time goes (cProfile
@@ -93,7 +94,10 @@ def main() -> None:
     for t in (int(x) for x in args.chunks.split(",")):
         q, k, v = (torch.randn(t, h, D, device="cuda", dtype=torch.bfloat16, generator=gen) for h in (H_Q, H_KV, H_KV))
         run = {(name, kernel): (lambda g=g, p=p, kernel=kernel: g.prefill_attention(q, k, v, *p, args.prefix, kernel=kernel))
-               for name, (g, p) in trees.items() for kernel in ("triton", "cuda")}
+               for name, (g, p) in trees.items() for kernel in ("triton", "cuda", "auto")}
+        split = gpu.cuda_prefix_blocks(*pools, args.prefix)  # what a caller could find once for all layers
+        run[("this", "cuda, split given")] = lambda: gpu.cuda_prefix_prefill(q, k, v, *pools, args.prefix, D ** -0.5,
+                                                                              *split)
         if args.host_profile:
             for (name, kernel), fn in run.items():
                 print(f"==== {name} tree, chunk {t}, kernel={kernel}: cProfile of 50 calls", flush=True)
