@@ -419,19 +419,19 @@ def prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 
 
 # "auto" takes the CUDA prefix path from CUDA_PREFIX_MIN_KEYS keys of 2:4 prefix blocks and CUDA_PREFIX_MIN_PAIRS query
-# tokens x those keys: the gain grows with the pairs, the host work (some 0.2-1 ms a call: two syncs, the Triton part,
-# the merge, the check) does not. On the H200 (kernels/BENCHMARKS.md, sixteenth session) 8K chunks won after 16K and
+# tokens x those keys: the gain grows with the pairs, the host work (a sync, the Triton part, the merge, the rescue)
+# does not. On the H200 (kernels/BENCHMARKS.md, sixteenth session) 8K chunks won after 16K and
 # 32K prefixes (1.08-1.21x) whatever the prefix's last blocks; chunks of 256-1K tokens won after a 32K prefix of whole
 # 2:4 blocks (1.07-1.38x, once 0.78x) but lost where the prefix ends in a partial block or dense blocks, as served
 # prefixes do (0.86-0.96x: the Triton part then has a prefix of its own). A CTA walks its part of the prefix: a chunk
 # whose CTAs fill fewer than CUDA_PREFIX_MIN_WAVES waves splits the prefix among more (cuda_prefix_splits): the
-# kernel's time over 1-16 splits at 256 and 1K tokens after 32K fits waves x (blocks per split + 9) within 3 %
+# kernel's time over 1-16 splits at 256 and 1K tokens after 32K fits waves x (blocks per split + 9) within 3 %.
 # With the prefix's split in one launch (twentieth session) the CUDA path costs some 0.5-0.6 ms a call at 256 tokens,
 # and the Triton path's time grows with the prefix (256 tokens: 0.47 ms after 32778 keys, 0.69 after 49162, 0.90 after
 # 65546); so beside the rule above a long prefix (CUDA_PREFIX_LONG_KEYS 2:4 keys) takes it from
 # CUDA_PREFIX_LONG_MIN_TOKENS: after served prefixes of 49162-131082 tokens, 256-1024 token chunks ran 1.24-2.1x
-# faster back to back; after 32778, 256-2048 token chunks were within 10 % either way (kernels/BENCHMARKS.md, twentieth
-# session)
+# faster back to back; after 32778, 256-2048 token chunks ran 0.84-1.14x as fast, by call (kernels/BENCHMARKS.md,
+# twentieth session)
 CUDA_PREFIX_MIN_WAVES = 4
 CUDA_PREFIX_MIN_KEYS = 1 << 14
 CUDA_PREFIX_MIN_PAIRS = 1 << 27
