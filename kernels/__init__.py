@@ -7,7 +7,8 @@ Pure PyTorch, device-agnostic; imports only torch. The block format is specified
 from . import format, gpu
 from .attention import merge_attention, streaming_keys, window_start
 from .gpu import (  # GPU kernels on CUDA, else the reference
-    compress_magnitude, decode_attention, prefill_attention, prefill_compressed_attention, streaming_attention)
+    PrefixSplit, compress_magnitude, decode_attention, prefill_attention, prefill_compressed_attention, prefix_splits,
+    streaming_attention)
 from .chunk_blocks import ChunkBlocks, chunk_as_dense, compress_chunk
 from .compressed_kv import CompressedKV, compress_sequence, to_blocks
 from .compressor import compress_24, compress_blocks, decompress_24, decompress_blocks
@@ -56,6 +57,7 @@ __all__ = [
     "select_sparse_blocks", "loss_free_selection", "prune_blocks",
     "BlockPool", "CompressedKV", "compress_sequence", "to_blocks", "ChunkBlocks", "compress_chunk", "chunk_as_dense",
     "gpu", "compress_magnitude", "decode_attention", "prefill_attention", "prefill_compressed_attention",
+    "PrefixSplit", "prefix_splits",
     "streaming_attention", "streaming_keys",
     "window_start", "merge_attention",
     "SizeBreakdown", "baseline_bytes", "model_bytes", "compression_ratio", "prefill_speedup",

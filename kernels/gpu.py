@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
+from typing import NamedTuple
 
 import torch
 
@@ -383,7 +384,7 @@ def prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                       num_warps: int | None = None, num_stages: int | None = None, select: bool = False,
                       chunk_n: int | None = None, heads: int | None = None, densify: bool | None = None,
                       prefix_n: int | None = None, tma: bool | None = None,
-                      kernel: str = "auto") -> tuple[torch.Tensor, torch.Tensor]:
+                      kernel: str = "auto", split: PrefixSplit | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """``hs_kernels.attention.prefill_attention`` on the GPU kernels where supported (CUDA float16/bfloat16,
     head_dim 64/128/256), else the reference.
 
@@ -392,7 +393,8 @@ def prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     sees them), the chunk and the other prefix blocks on the Triton kernel, the two merged by log-sum-exp
     (``cuda_prefix_prefill``; raises ValueError where ``cuda_prefill.supports`` refuses the queries or no such block
     exists); "auto", "cuda" where such blocks hold enough keys and query tokens x keys (``cuda_prefix_worth``), else
-    "triton". ``block_m``, ``num_warps``,
+    "triton". ``split``: the prefix's ``PrefixSplit`` found beforehand (``prefix_splits``, the same maps), so that the
+    CUDA path makes no host sync. ``block_m``, ``num_warps``,
     ``num_stages``, ``select``, ``chunk_n``, ``heads``, ``densify``, ``prefix_n`` and ``tma`` are the Triton
     kernel's launch options (``triton_prefill``; defaults: ``prefill_launch``).
     No bounds check of the used index entries against the pools on the Triton path (the reference and the CUDA
@@ -408,8 +410,11 @@ def prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     if kernel == "cuda" and not cuda_prefix_supported(q, k_pool, v_pool, k_index, prefix_len):
         raise ValueError("kernel='cuda' needs bf16 queries of head_dim 128 with a GQA ratio dividing "
                          f"{cp.ROWS} on sm_90 with nvcc, 2:4 slots in both pools and a full prefix block")
+    given = split is not None
+    if given and len(split.sparse) + len(split.rest) != -(-prefix_len // BLOCK_SIZE):
+        raise ValueError(f"split: {len(split.sparse)} + {len(split.rest)} blocks, not the {prefix_len}-token prefix's")
     if kernel == "cuda" or (kernel == "auto" and cuda_prefix_pays(q, k_pool, v_pool, k_index, prefix_len)):
-        sparse, rest, kinds = cuda_prefix_blocks(k_pool, v_pool, k_index, v_index, prefix_len)
+        sparse, rest, kinds = split if given else cuda_prefix_blocks(k_pool, v_pool, k_index, v_index, prefix_len)
         if len(sparse) and (kernel == "cuda" or cuda_prefix_worth(q.shape[0], BLOCK_SIZE * len(sparse))):
             return cuda_prefix_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len, scale, sparse, rest,
                                        kinds, **options)
@@ -426,17 +431,17 @@ def prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 # prefixes do (0.86-0.96x: the Triton part then has a prefix of its own). A CTA walks its part of the prefix: a chunk
 # whose CTAs fill fewer than CUDA_PREFIX_MIN_WAVES waves splits the prefix among more (cuda_prefix_splits): the
 # kernel's time over 1-16 splits at 256 and 1K tokens after 32K fits waves x (blocks per split + 9) within 3 %.
-# With the prefix's split in one launch (twentieth session) the CUDA path costs some 0.5-0.6 ms a call at 256 tokens,
-# and the Triton path's time grows with the prefix (256 tokens: 0.47 ms after 32778 keys, 0.69 after 49162, 0.90 after
-# 65546); so beside the rule above a long prefix (CUDA_PREFIX_LONG_KEYS 2:4 keys) takes it from
-# CUDA_PREFIX_LONG_MIN_TOKENS: after served prefixes of 49162-131082 tokens, 256-1024 token chunks ran 1.24-2.1x
-# faster back to back; after 32778, 256-2048 token chunks ran 0.84-1.14x as fast, by call (kernels/BENCHMARKS.md,
-# twentieth session)
+# With the prefix's split in one launch (twentieth session) the Triton path's time grows with the prefix (256 tokens:
+# 0.47 ms after 32778 keys, 0.90 after 65546, 1.75 after 131082) while the CUDA path's host time is some 0.4-0.7 ms a
+# call on most machines, so after a long prefix (CUDA_PREFIX_LONG_KEYS 2:4 keys) it pays from fewer pairs
+# (CUDA_PREFIX_LONG_MIN_PAIRS): after served 41994-131082 token prefixes, 256-1024 token chunks ran 1.17-2.1x faster
+# back to back. But one machine's host took 1.05 ms (32778 tokens, 256-512 token chunks: 0.45-0.71x), so the bar asks
+# for pairs where the Triton path's GPU time alone exceeds about 1.1 ms (kernels/BENCHMARKS.md, twentieth session)
 CUDA_PREFIX_MIN_WAVES = 4
 CUDA_PREFIX_MIN_KEYS = 1 << 14
 CUDA_PREFIX_MIN_PAIRS = 1 << 27
 CUDA_PREFIX_LONG_KEYS = 5 << 13
-CUDA_PREFIX_LONG_MIN_TOKENS = 256
+CUDA_PREFIX_LONG_MIN_PAIRS = 3 << 23
 CUDA_PREFIX_SPLIT_OVERHEAD_BLOCKS = 9  # a CTA's fixed cost (Q, the pipeline's fill, its part's output) in blocks
 
 
@@ -459,9 +464,10 @@ def cuda_prefix_pays(q: torch.Tensor, k_pool: BlockPool, v_pool: BlockPool, k_in
 
 def cuda_prefix_worth(t: int, keys: int) -> bool:
     """Whether ``keys`` prefix keys for ``t`` query tokens reach ``CUDA_PREFIX_MIN_KEYS`` and ``CUDA_PREFIX_MIN_PAIRS``,
-    or ``CUDA_PREFIX_LONG_KEYS`` and ``CUDA_PREFIX_LONG_MIN_TOKENS``."""
-    return ((keys >= CUDA_PREFIX_MIN_KEYS and t * keys >= CUDA_PREFIX_MIN_PAIRS)
-            or (keys >= CUDA_PREFIX_LONG_KEYS and t >= CUDA_PREFIX_LONG_MIN_TOKENS))
+    or ``CUDA_PREFIX_LONG_KEYS`` and ``CUDA_PREFIX_LONG_MIN_PAIRS``."""
+    pairs = t * keys
+    return ((keys >= CUDA_PREFIX_MIN_KEYS and pairs >= CUDA_PREFIX_MIN_PAIRS)
+            or (keys >= CUDA_PREFIX_LONG_KEYS and pairs >= CUDA_PREFIX_LONG_MIN_PAIRS))
 
 
 def cuda_prefix_splits(t: int, h_q: int, h_kv: int, blocks: int, device: torch.device) -> int:
@@ -474,25 +480,42 @@ def cuda_prefix_splits(t: int, h_q: int, h_kv: int, blocks: int, device: torch.d
     return wave_splits(ctas, blocks, slots, CUDA_PREFIX_SPLIT_OVERHEAD_BLOCKS)
 
 
+class PrefixSplit(NamedTuple):
+    """A cached prefix's blocks as the CUDA prefix path splits them: ``sparse``, the full blocks 2:4 in K and V for
+    every KV head (to the sparse tensor cores), ``rest``, the others, the partial last one among them (to the Triton
+    kernel), each ascending, int32 on the maps' device; ``kinds``, those of the rest's K and V entries (``_kinds``)."""
+    sparse: torch.Tensor
+    rest: torch.Tensor
+    kinds: tuple[int, int]
+
+
 def cuda_prefix_blocks(k_pool: BlockPool, v_pool: BlockPool, k_index: torch.Tensor, v_index: torch.Tensor,
-                       prefix_len: int) -> tuple[torch.Tensor, torch.Tensor, tuple[int, int]]:
-    """``(sparse, rest, kinds)``: the positions of the prefix's full blocks that are 2:4 in K and V for every KV head,
-    the prefix's other blocks (the partial last one among them), each ascending (int32), and the kinds of the rest's K
-    and V entries (``_kinds``): one launch (``triton_prefix_blocks``), one host sync. Raises ValueError where an entry
-    at ``sparse`` lies past its pool."""
+                       prefix_len: int) -> PrefixSplit:
+    """The ``PrefixSplit`` of one layer's maps (``prefix_splits``): one launch, one host sync."""
+    return prefix_splits([(k_pool, v_pool, k_index, v_index)], prefix_len)[0]
+
+
+def prefix_splits(layers, prefix_len: int) -> list[PrefixSplit]:
+    """The ``PrefixSplit`` of each layer's ``(k_pool, v_pool, k_index, v_index)`` over the same ``prefix_len`` tokens:
+    one launch each (``triton_prefix_blocks``), one host sync for all. A caller that knows every layer's maps before
+    the layers run (a serving backend, per forward) passes each layer's to ``prefill_attention(split=...)``, whose calls
+    then make no host sync. Raises ValueError where an entry of a ``sparse`` block lies past its pool."""
     from .triton_prefix_blocks import HEAD, prefix_blocks_kernel
 
-    h_kv, used = k_index.shape[0], -(-prefix_len // BLOCK_SIZE)
-    out = torch.empty(HEAD + 2 * used, dtype=torch.int32, device=k_index.device)
-    if k_index.stride(1) != 1 or v_index.stride(1) != 1:
-        k_index, v_index = k_index.contiguous(), v_index.contiguous()
-    prefix_blocks_kernel[(1,)](k_index, v_index, k_index.stride(0), v_index.stride(0), used, prefix_len // BLOCK_SIZE,
-                               k_pool.values.shape[0], v_pool.values.shape[0], out, H_KV=h_kv,
-                               HEADS=_next_pow2(h_kv), BLOCK=256)
-    n, bad, *has = out[:HEAD].tolist()
-    if bad:
-        raise ValueError(cp.REFUSED)
-    return out[HEAD:HEAD + n], out[HEAD + used:HEAD + 2 * used - n], _kinds(has)
+    used, device = -(-prefix_len // BLOCK_SIZE), layers[0][2].device
+    out = torch.empty(len(layers), HEAD + 2 * used, dtype=torch.int32, device=device)
+    for row, (k_pool, v_pool, k_index, v_index) in zip(out, layers):
+        if k_index.stride(1) != 1 or v_index.stride(1) != 1:
+            k_index, v_index = k_index.contiguous(), v_index.contiguous()
+        prefix_blocks_kernel[(1,)](k_index, v_index, k_index.stride(0), v_index.stride(0), used,
+                                   prefix_len // BLOCK_SIZE, k_pool.values.shape[0], v_pool.values.shape[0], row,
+                                   H_KV=k_index.shape[0], HEADS=_next_pow2(k_index.shape[0]), BLOCK=256)
+    splits = []
+    for row, (n, bad, *has) in zip(out, out[:, :HEAD].tolist()):
+        if bad:
+            raise ValueError(cp.REFUSED)
+        splits.append(PrefixSplit(row[HEAD:HEAD + n], row[HEAD + used:HEAD + 2 * used - n], _kinds(has)))
+    return splits
 
 
 def cuda_prefix_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len: int, scale: float,

@@ -168,7 +168,19 @@ k_index[:, 0], v_index[:, 0] = 5, 6
 by_hand.append(split(64 * 2))
 v_index[1, 5] = ~14
 by_hand += [split(64 * 6), split(64 * 5)]
-print(json.dumps({"random": results, "by_hand": by_hand}))
+
+# several layers at once (different KV heads), as each alone
+maps = []
+for h_kv, seed in ((2, 7), (3, 8)):
+    gen = torch.Generator().manual_seed(seed)
+    maps.append(([BlockPool.allocate(op, 128, 4, 99, torch.bfloat16) for op in ("k", "v")],
+                 *(torch.where(torch.rand(h_kv, 9, generator=gen) < 0.1, 1, ~torch.arange(9 * h_kv).view(h_kv, 9)).int()
+                   for _ in range(2))))
+together = gpu.prefix_splits([(*pools, ki, vi) for pools, ki, vi in maps], 64 * 8 + 1)
+layers = [[[s.sparse.tolist(), s.rest.tolist(), list(s.kinds)] for s in together],
+          [[s.sparse.tolist(), s.rest.tolist(), list(s.kinds)]
+           for s in (gpu.cuda_prefix_blocks(*pools, ki, vi, 64 * 8 + 1) for pools, ki, vi in maps)]]
+print(json.dumps({"random": results, "by_hand": by_hand, "layers": layers}))
 """
 
 
@@ -176,9 +188,11 @@ def test_prefix_blocks_split_by_kind():
     """``gpu.cuda_prefix_blocks`` (one Triton program, here under the interpreter): the full prefix blocks 2:4 in K and
     V for every KV head go to the kernel; the others, the partial last block among them, stay in order for the Triton
     kernel, with their entries' kinds; an entry of a kernel block past its pool is refused. Random maps (KV heads not
-    a power of two, more blocks than one step of the program, sliced maps) against torch; then cases by hand."""
-    r = interpret(PREFIX_BLOCKS, [[2, 7, 64 * 6 + 5, 0.1, 0], [3, 300, 64 * 290, 0.02, 1], [8, 600, 64 * 600 - 1, 0.003, 2],
-                                  [5, 520, 64 * 517, 0.0, 3], [1, 40, 64 * 40, 1.0, 4]])
+    a power of two, more blocks than one step of the program, sliced maps) against torch; then cases by hand; then
+    ``gpu.prefix_splits`` of two layers at once, as each alone."""
+    cases = [[2, 7, 64 * 6 + 5, 0.1, 0], [3, 300, 64 * 290, 0.02, 1], [8, 600, 64 * 600 - 1, 0.003, 2],
+             [5, 520, 64 * 517, 0.0, 3], [1, 40, 64 * 40, 1.0, 4]]  # KV heads, blocks, prefix, dense share, seed
+    r = interpret(PREFIX_BLOCKS, cases)
     for case in r["random"]:
         assert case["got"] == case["expected"]
     assert any(len(case["got"][0]) > 256 for case in r["random"])  # kernel blocks found over more than one step
@@ -193,6 +207,8 @@ def test_prefix_blocks_split_by_kind():
         cuda_prefill.REFUSED,  # an entry past the pool: refused, not handed to the kernel
         [[1, 3], [0, 2, 4], [3, 3]],  # that block not used
     ]
+    together, alone = r["layers"]
+    assert together == alone and together[0] != together[1]
 
 
 def test_builds_exist_for_head_dim_128_and_gqa_ratios_dividing_64():

@@ -50,7 +50,7 @@ def test_cuda_prefix_matches_the_reference(case, monkeypatch):
 def test_auto_takes_the_kernel_from_enough_keys_and_pairs(monkeypatch):
     """"auto": the CUDA path for a chunk after a 2:4 prefix of ``gpu.CUDA_PREFIX_MIN_KEYS`` keys and
     ``gpu.CUDA_PREFIX_MIN_PAIRS`` query x key pairs, or of ``CUDA_PREFIX_LONG_KEYS`` keys and
-    ``CUDA_PREFIX_LONG_MIN_TOKENS`` tokens; the Triton kernel alone for a shorter prefix, a shorter chunk, a dense prefix
+    ``CUDA_PREFIX_LONG_MIN_PAIRS`` pairs; the Triton kernel alone for a shorter prefix, a shorter chunk, a dense prefix
     or float16."""
     calls = []
     split = gpu.cuda_prefix_prefill
@@ -58,11 +58,12 @@ def test_auto_takes_the_kernel_from_enough_keys_and_pairs(monkeypatch):
     prefix = 64 * -(-gpu.CUDA_PREFIX_MIN_KEYS // 64)
     t = -(-gpu.CUDA_PREFIX_MIN_PAIRS // prefix)
     long_prefix = 64 * -(-gpu.CUDA_PREFIX_LONG_KEYS // 64)
-    long_t = gpu.CUDA_PREFIX_LONG_MIN_TOKENS
+    long_t = -(-gpu.CUDA_PREFIX_LONG_MIN_PAIRS // long_prefix)
     assert long_t < t
     for t_, p_, s, dtype, expect in ((t, prefix, 1.0, torch.bfloat16, [1]), (t - 1, prefix, 1.0, torch.bfloat16, []),
                                      (t + 64, prefix - 64, 1.0, torch.bfloat16, []), (t, prefix, 0.0, torch.bfloat16, []),
-                                     (t, prefix, 1.0, torch.float16, []), (long_t, long_prefix, 1.0, torch.bfloat16, [1]),
+                                     (t, prefix, 1.0, torch.float16, []),
+                                     (long_t, long_prefix, 1.0, torch.bfloat16, [1]),
                                      (long_t - 1, long_prefix, 1.0, torch.bfloat16, []),
                                      (long_t, long_prefix - 64, 1.0, torch.bfloat16, [])):
         calls.clear()
@@ -71,6 +72,37 @@ def test_auto_takes_the_kernel_from_enough_keys_and_pairs(monkeypatch):
         assert calls == expect, (t_, p_, s, dtype)
         o_ref, _ = ref.prefill_attention(q, k, v, k_pool, v_pool, k_index, v_index, p_, scale)
         assert rel_err(out, o_ref) < 1e-2
+
+
+def test_splits_found_for_all_layers_at_once_make_the_calls_sync_free():
+    """``gpu.prefix_splits`` over layers of different KV heads and kinds (one host sync) gives each layer's
+    ``cuda_prefix_blocks``; ``prefill_attention`` with a layer's split ("cuda", and "auto" where its rule takes the
+    CUDA path) makes no host sync and matches the reference; a split of another prefix is refused."""
+    prefix_len = 64 * 40 + 7
+    layers = [prefill_inputs(h_q, h_kv, 128, torch.bfloat16, 96, prefix_len, p_k, p_v)
+              for h_q, h_kv, p_k, p_v in ((32, 8, 1.0, 1.0), (8, 2, 0.7, 1.0), (16, 4, 1.0, 0.9))]
+    splits = gpu.prefix_splits([inputs[:4] for inputs in layers], prefix_len)
+    for inputs, split in zip(layers, splits):
+        alone = gpu.cuda_prefix_blocks(*inputs[:4], prefix_len)
+        assert torch.equal(split.sparse, alone.sparse) and torch.equal(split.rest, alone.rest)
+        assert split.kinds == alone.kinds and len(split.sparse) > 0
+    for inputs, split in zip(layers, splits):
+        k_pool, v_pool, k_index, v_index, q, k, v, scale = inputs
+        run = lambda: gpu.prefill_attention(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len, scale,  # noqa: E731
+                                            kernel="cuda", split=split)
+        run()  # compiled
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            out, lse = run()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        o_ref, l_ref = ref.prefill_attention(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len, scale)
+        assert rel_err(out, o_ref) < 1e-2
+        assert (lse - l_ref).abs().max().item() < 1e-2 * max(1.0, l_ref.abs().max().item())
+    inputs = layers[0]
+    with pytest.raises(ValueError, match="split"):
+        gpu.prefill_attention(*inputs[4:7], *inputs[:4], prefix_len - 64, inputs[7], split=splits[0])
 
 
 def test_short_chunks_split_the_prefix_long_ones_do_not():

@@ -1,13 +1,14 @@
 """Chunks after a served prefix on the GPU: ``prefill_attention`` with ``kernel="cuda"`` (the prefix's 2:4 blocks on
-the sparse tensor cores) and ``kernel="triton"``. The prefix is stored as served: 2:4 in K and V but for a dense sink
-block, a dense window (the last 4 full blocks) and the partial last block. Llama-3.1-8B heads, bf16. Per chunk: one
+the sparse tensor cores), ``"triton"`` and ``"auto"``. The prefix is stored as served: 2:4 in K and V but for a dense
+sink block, a dense window (the last 4 full blocks) and the partial last block. Llama-3.1-8B heads, bf16. Per chunk: one
 call's latency (synced after it), the time per call with 20 calls queued back to back (as a model's layers queue
-them), and the GPU's busy time per call (the profiler's kernel time); "cuda, split given" is the CUDA path with the
-prefix's split (``gpu.cuda_prefix_blocks``, the call's host sync) found once beforehand. ``--against DIR``: another tree's kernels folder
-(``git archive REV kernels | tar -x -C DIR/..``) imported beside this one and timed in the same process, the two
-alternating for ``--rounds`` rounds (separate processes of the same code differed by up to 32 % on host-bound calls,
-kernels/BENCHMARKS.md, nineteenth session). ``--host-profile``: instead, where each path's host time goes (cProfile
-of 50 calls back to back, the functions with the most time of their own), for the first chunk length.
+them), the host's time to issue them, and the GPU's busy time per call (the profiler's kernel time); "..., split
+given" passes the prefix's split (``gpu.cuda_prefix_blocks``, the call's host sync) found once beforehand.
+``--against DIR``: another tree's kernels folder (``git archive REV kernels | tar -x -C DIR/..``) imported beside this
+one and timed in the same process, the two alternating for ``--rounds`` rounds (separate processes of the same code
+differed by up to 32 % on host-bound calls, kernels/BENCHMARKS.md, nineteenth session). ``--host-profile``: instead,
+where each path's host time goes (cProfile of 50 calls back to back, the functions with the most time of their own),
+for the first chunk length.
 
     python kernels/probes/prefix_path_timing.py [--prefix 32778] [--chunks 256,1024,4096,8192] [--host-profile]
                                                 [--against DIR [--rounds 3]]
@@ -70,7 +71,8 @@ def tree(kernels_dir: str):
     root = tempfile.mkdtemp()
     os.symlink(os.path.abspath(kernels_dir), os.path.join(root, "hs_kernels_against"))
     sys.path.insert(0, root)
-    return importlib.import_module("hs_kernels_against.gpu"), importlib.import_module("hs_kernels_against.pool").BlockPool
+    return (importlib.import_module("hs_kernels_against.gpu"),
+            importlib.import_module("hs_kernels_against.pool").BlockPool)
 
 
 def main() -> None:
@@ -87,17 +89,20 @@ def main() -> None:
     trees = {"this": (gpu, pools)}
     if args.against:
         other, pool_class = tree(args.against)
-        trees["against"] = (other, tuple(pool_class(p.operand, p.dense, p.values, p.meta) for p in pools[:2]) + pools[2:])
+        own = tuple(pool_class(p.operand, p.dense, p.values, p.meta) for p in pools[:2])
+        trees["against"] = (other, own + pools[2:])
     print(f"prefix {args.prefix} (served layout), Llama heads, bf16; ms per call\n"
-          "| round | tree | chunk | kernel | one call, synced | back to back | GPU busy | rel.err vs triton |\n"
-          "|---|---|---|---|---|---|---|---|", flush=True)
+          "| round | tree | chunk | kernel | one call, synced | back to back | host, back to back | GPU busy "
+          "| rel.err vs triton |\n|---|---|---|---|---|---|---|---|---|", flush=True)
     for t in (int(x) for x in args.chunks.split(",")):
         q, k, v = (torch.randn(t, h, D, device="cuda", dtype=torch.bfloat16, generator=gen) for h in (H_Q, H_KV, H_KV))
-        run = {(name, kernel): (lambda g=g, p=p, kernel=kernel: g.prefill_attention(q, k, v, *p, args.prefix, kernel=kernel))
+        run = {(name, kernel): (lambda g=g, p=p, kernel=kernel: g.prefill_attention(q, k, v, *p, args.prefix,
+                                                                                 kernel=kernel))
                for name, (g, p) in trees.items() for kernel in ("triton", "cuda", "auto")}
-        split = gpu.cuda_prefix_blocks(*pools, args.prefix)  # what a caller could find once for all layers
-        run[("this", "cuda, split given")] = lambda: gpu.cuda_prefix_prefill(q, k, v, *pools, args.prefix, D ** -0.5,
-                                                                              *split)
+        split = gpu.cuda_prefix_blocks(*pools, args.prefix)  # what a caller finds once for all layers
+        for kernel in ("cuda", "auto"):
+            run[("this", f"{kernel}, split given")] = (
+                lambda kernel=kernel: gpu.prefill_attention(q, k, v, *pools, args.prefix, kernel=kernel, split=split))
         if args.host_profile:
             for (name, kernel), fn in run.items():
                 print(f"==== {name} tree, chunk {t}, kernel={kernel}: cProfile of 50 calls", flush=True)
@@ -108,7 +113,7 @@ def main() -> None:
             for (name, kernel), fn in (run.items() if r % 2 == 0 else reversed(run.items())):
                 err = rel_err(fn()[0], want)
                 print(f"| {r} | {name} | {t} | {kernel} | {timeit(fn, iters=20):.3f} | {back_to_back(fn):.3f} | "
-                      f"{gpu_busy(fn):.3f} | {err:.1e} |", flush=True)
+                      f"{back_to_back(fn, host_only=True):.3f} | {gpu_busy(fn):.3f} | {err:.1e} |", flush=True)
 
 
 if __name__ == "__main__":
