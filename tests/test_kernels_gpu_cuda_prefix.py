@@ -76,8 +76,8 @@ def test_auto_takes_the_kernel_from_enough_keys_and_pairs(monkeypatch):
 
 def test_splits_found_for_all_layers_at_once_make_the_calls_sync_free():
     """``gpu.prefix_splits`` over layers of different KV heads and kinds (one host sync) gives each layer's
-    ``cuda_prefix_blocks``; ``prefill_attention`` with a layer's split ("cuda", and "auto" where its rule takes the
-    CUDA path) makes no host sync and matches the reference; a split of another prefix is refused."""
+    ``cuda_prefix_blocks``; ``prefill_attention(kernel="cuda")`` with a layer's split makes no host sync and matches
+    the reference; a split of another prefix is refused."""
     prefix_len = 64 * 40 + 7
     layers = [prefill_inputs(h_q, h_kv, 128, torch.bfloat16, 96, prefix_len, p_k, p_v)
               for h_q, h_kv, p_k, p_v in ((32, 8, 1.0, 1.0), (8, 2, 0.7, 1.0), (16, 4, 1.0, 0.9))]
