@@ -505,8 +505,7 @@ def prefix_splits(layers, prefix_len: int) -> list[PrefixSplit]:
     used, device = -(-prefix_len // BLOCK_SIZE), layers[0][2].device
     out = torch.empty(len(layers), HEAD + 2 * used, dtype=torch.int32, device=device)
     for row, (k_pool, v_pool, k_index, v_index) in zip(out, layers):
-        if k_index.stride(1) != 1 or v_index.stride(1) != 1:
-            k_index, v_index = k_index.contiguous(), v_index.contiguous()
+        k_index, v_index = k_index.contiguous(), v_index.contiguous()
         prefix_blocks_kernel[(1,)](k_index, v_index, k_index.stride(0), v_index.stride(0), used,
                                    prefix_len // BLOCK_SIZE, k_pool.values.shape[0], v_pool.values.shape[0], row,
                                    H_KV=k_index.shape[0], HEADS=_next_pow2(k_index.shape[0]), BLOCK=256)
