@@ -2,7 +2,7 @@
 
     python -m sglang_hs.bench_e2e --out DIR [--shape llama-3.1-8b | --model PREPARED]
         [--contexts 32768,65536,131072] [--batches 1,8] [--output-tokens 32]
-        [--prefix 32768 --questions 4] [--device cuda] [--stock-backend triton] [--mem-fraction 0.85]
+        [--prefix 32768 --questions 4 --question-tokens 64] [--device cuda] [--stock-backend triton] [--mem-fraction 0.85]
         [--profile-steps N]
 
 ``--shape llama-3.1-8b`` writes a config-only checkpoint with Llama-3.1-8B's shapes and a hierasparse
@@ -12,7 +12,8 @@ Requests are random token ids (``--skip-tokenizer-init``), greedy, ``ignore_eos`
 ``/generate`` so the first token and the rest are timed apart; the radix cache is flushed before
 every cold measurement. Per engine: time to first token and per output token at each context and
 batch, throughput, KV bytes per token and the pool's token capacity (``/server_info``), and a
-prefix-reuse run (one cold request on a shared prefix, then ``--questions`` cached ones).
+prefix-reuse run (one cold request on a shared prefix, then ``--questions`` cached ones, each question
+``--question-tokens`` long; the greedy outputs' token ids are kept, so two runs of one seed compare).
 Writes ``results.json`` and ``results.md`` under ``--out`` and prints the markdown.
 ``--profile-steps N``: after its measurements each engine profiles N forward steps (prefill chunks
 and decode steps) of one request at the first context with SGLang's torch profiler
@@ -65,7 +66,7 @@ def write_shape_checkpoint(out_dir: Path, config: dict, retrieval_ratio: float =
 
 
 def stream_one(url: str, ids: list[int], new_tokens: int) -> dict:
-    """One streamed greedy request: seconds to the first token, then per further token."""
+    """One streamed greedy request: seconds to the first token, then per further token, and its output ids."""
     payload = {"input_ids": ids, "stream": True,
                "sampling_params": {"max_new_tokens": new_tokens, "temperature": 0.0, "ignore_eos": True}}
     req = urllib.request.Request(url + "/generate", data=json.dumps(payload).encode(),
@@ -85,7 +86,8 @@ def stream_one(url: str, ids: list[int], new_tokens: int) -> dict:
     ttft = stamps[0]
     tpot = (stamps[-1] - ttft) / (done - 1) if done > 1 else float("nan")
     return {"ttft_s": ttft, "tpot_s": tpot, "total_s": stamps[-1], "completion_tokens": done,
-            "cached_tokens": meta.get("cached_tokens", 0), "stamps": [t0 + t for t in stamps], "tokens": tokens}
+            "cached_tokens": meta.get("cached_tokens", 0), "stamps": [t0 + t for t in stamps], "tokens": tokens,
+            "output_ids": last.get("output_ids", [])}
 
 
 def decode_tpot(runs: list[dict]) -> float:
@@ -117,7 +119,7 @@ def prefix_run(url: str, prefix: list[int], questions: list[list[int]], new_toke
     cold = stream_one(url, prefix + questions[0], new_tokens)
     cached = [stream_one(url, prefix + q, new_tokens) for q in questions[1:]]
     return {"cold_ttft_s": cold["ttft_s"], "cached_ttft_s": statistics.mean(r["ttft_s"] for r in cached),
-            "cached_tokens": [r["cached_tokens"] for r in cached]}
+            "cached_tokens": [r["cached_tokens"] for r in cached], "output_ids": [r["output_ids"] for r in [cold, *cached]]}
 
 
 def profile_run(url: str, out_dir: Path, ids: list[int], steps: int, timeout_s: float = 900) -> str:
@@ -186,7 +188,7 @@ def measure(engine: str, url: str, args, config: dict, rng: random.Random) -> di
             out["runs"].append({"context": ctx, "batch": b, **r})
             print(f"[{engine}] ctx {ctx} batch {b}: {r}", file=sys.stderr, flush=True)
     prefix = tokens(args.prefix)
-    out["prefix"] = prefix_run(url, prefix, [tokens(64) for _ in range(args.questions + 1)], args.output_tokens)
+    out["prefix"] = prefix_run(url, prefix, [tokens(args.question_tokens) for _ in range(args.questions + 1)], args.output_tokens)
     out["kv"] = kv_info(url, engine, config, 2 if args.dtype in ("bfloat16", "float16") else 4)
     if args.profile_steps:
         try:
@@ -201,7 +203,7 @@ def measure(engine: str, url: str, args, config: dict, rng: random.Random) -> di
 
 def context_length(args) -> int:
     """Room for the longest request plus slack, within the model's own limit when the requests fit it."""
-    need = max(max(args.contexts), args.prefix + 64 + args.output_tokens)
+    need = max(max(args.contexts), args.prefix + args.question_tokens + args.output_tokens)
     limit = args.max_positions or need + 256
     return min(need + 256, limit) if need <= limit else need + 256
 
@@ -267,6 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--output-tokens", type=int, default=32)
     ap.add_argument("--prefix", type=int, default=32768)
     ap.add_argument("--questions", type=int, default=4)
+    ap.add_argument("--question-tokens", type=int, default=64)
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--stock-backend", default="triton")

@@ -57,10 +57,12 @@ def test_decode_tpot_divides_events_of_several_tokens():
 def test_context_length_stays_within_the_models_limit():
     from types import SimpleNamespace as NS
 
-    assert context_length(NS(contexts=[32768, 65536], prefix=32768, output_tokens=32, max_positions=131072)) == 65536 + 256
-    assert context_length(NS(contexts=[131072], prefix=32768, output_tokens=32, max_positions=131072)) == 131072
-    assert context_length(NS(contexts=[512], prefix=1024, output_tokens=4, max_positions=None)) == 1024 + 68 + 256
-    assert context_length(NS(contexts=[200000], prefix=0, output_tokens=4, max_positions=131072)) == 200256  # SGLang refuses it
+    ctx = lambda **kw: context_length(NS(**{"question_tokens": 64, **kw}))  # noqa: E731
+    assert ctx(contexts=[32768, 65536], prefix=32768, output_tokens=32, max_positions=131072) == 65536 + 256
+    assert ctx(contexts=[131072], prefix=32768, output_tokens=32, max_positions=131072) == 131072
+    assert ctx(contexts=[512], prefix=1024, output_tokens=4, max_positions=None) == 1024 + 68 + 256
+    assert ctx(contexts=[512], prefix=1024, output_tokens=4, max_positions=None, question_tokens=512) == 1024 + 516 + 256
+    assert ctx(contexts=[200000], prefix=0, output_tokens=4, max_positions=131072) == 200256  # SGLang refuses it
 
 
 def test_hs_flags_go_to_the_hs_engine_only():
@@ -68,7 +70,7 @@ def test_hs_flags_go_to_the_hs_engine_only():
 
     from sglang_hs.bench_e2e import server_args
 
-    args = NS(device="cuda", dtype="bfloat16", mem_fraction=0.85, contexts=[1024], prefix=0, output_tokens=4,
+    args = NS(device="cuda", dtype="bfloat16", mem_fraction=0.85, contexts=[1024], prefix=0, question_tokens=64, output_tokens=4,
               max_positions=None, extra=["--cuda-graph-max-bs-decode", "16"], shape="llama-3.1-8b",
               stock_backend="triton", hs_flags="--hs-decode-kernel cuda")
     hs, hs_module = server_args("hs", "m", args)

@@ -115,3 +115,15 @@ def test_warmup_ran_the_prefill_shapes_before_listening(server):
     done = text.index("hs: hs_prefill warm-up done (a 576-token prompt, then 64 more tokens on its cached prefix)")
     assert text.index("Running warmup hs_prefill") < done
     assert "Could not find custom warmup" not in text
+
+
+def test_benchmark_stream_keeps_the_greedy_output_ids(server):
+    """bench_e2e's streamed request returns the whole output's ids (the last event's), the same as a plain request's."""
+    from sglang_hs.bench_e2e import stream_one
+
+    base, _ = server
+    ids = list(range(100, 180))
+    streamed = stream_one(base, ids, 5)
+    status, plain = call(base + "/generate", {"input_ids": ids, "sampling_params": {"max_new_tokens": 5, "temperature": 0}})
+    assert status == 200 and streamed["completion_tokens"] == 5
+    assert streamed["output_ids"] == plain["output_ids"] and len(plain["output_ids"]) == 5
