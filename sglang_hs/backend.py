@@ -17,14 +17,17 @@ from typing import NamedTuple
 
 import torch
 from torch.profiler import record_function
+from hs_kernels import gpu as hs_gpu
 from hs_kernels import (
     BLOCK_SIZE,
+    PrefixSplit,
     block_loss,
     decode_attention,
     element_mask,
     eligible_range,
     loss_free_selection,
     prefill_attention,
+    prefix_splits,
     select_sparse_blocks,
     streaming_attention,
     streaming_keys,
@@ -40,7 +43,8 @@ from .settings import HSSettings
 class ExtendSeq(NamedTuple):
     """One sequence of an extend batch: its rows ``[start, start + length)`` of the batch, at
     positions ``prefix ..``; the pages of its cached prefix; streaming keys (stream rows and
-    positions) and query positions."""
+    positions) and query positions; ``splits``, filled at its first retrieval layer (``_prefix_reads``): each
+    layer's prefix index maps and ``PrefixSplit`` where the CUDA prefix path may take the sequence."""
     start: int
     prefix: int
     length: int
@@ -48,6 +52,7 @@ class ExtendSeq(NamedTuple):
     stream_rows: torch.Tensor | None
     kpos: torch.Tensor | None
     qpos: torch.Tensor
+    splits: dict
 
 
 class HSAttnBackend(AttentionBackend):
@@ -199,7 +204,31 @@ class HSAttnBackend(AttentionBackend):
         if self.pool.has_stream:
             kpos = streaming_keys(prefix, n, self.settings.sink_tokens, self.settings.window_tokens, locs.device)
             rows = self.pool.stream_rows(locs[kpos])
-        return ExtendSeq(start, prefix, length, pages, rows, kpos, torch.arange(prefix, n, device=locs.device))
+        return ExtendSeq(start, prefix, length, pages, rows, kpos, torch.arange(prefix, n, device=locs.device), {})
+
+    def _maps(self, seq: ExtendSeq, store: LayerStore) -> tuple[torch.Tensor, torch.Tensor]:
+        """The layer's index maps of the sequence's cached prefix, ``[n_r, prefix blocks]`` each."""
+        return store.index["k"][seq.pages].t().contiguous(), store.index["v"][seq.pages].t().contiguous()
+
+    @record_function("hs.prefix_reads")
+    def _prefix_reads(self, seq: ExtendSeq, layer_id: int, q: torch.Tensor
+                      ) -> tuple[torch.Tensor, torch.Tensor, PrefixSplit | None]:
+        """The layer's prefix index maps and, where the CUDA prefix path may take the sequence's chunk
+        (``hs_kernels.gpu.cuda_prefix_pays`` on the queries ``q`` of the retrieval heads), its ``PrefixSplit``: found
+        for every layer at the first (``prefix_splits``: one host sync per sequence and forward, not one per layer)."""
+        if layer_id in seq.splits:
+            return seq.splits[layer_id]
+        store = self.pool.layer(layer_id)
+        maps = self._maps(seq, store)
+        if not hs_gpu.cuda_prefix_pays(q, store.pools["k"], store.pools["v"], maps[0], seq.prefix):
+            return (*maps, None)
+        ids = [self.pool.start_layer + i for i, other in enumerate(self.pool.layers) if other.n_r]
+        stores = [self.pool.layer(i) for i in ids]
+        all_maps = [self._maps(seq, other) for other in stores]
+        splits = prefix_splits([(other.pools["k"], other.pools["v"], *m) for other, m in zip(stores, all_maps)],
+                               seq.prefix)
+        seq.splits.update({i: (*m, split) for i, m, split in zip(ids, all_maps, splits)})
+        return seq.splits[layer_id]
 
     @record_function("hs.decode_metadata")
     def _decode_metadata(self, forward_batch, max_blocks: int | None = None, real: int | None = None):
@@ -249,13 +278,12 @@ class HSAttnBackend(AttentionBackend):
             p, n, rows = seq.prefix, seq.prefix + seq.length, slice(seq.start, seq.start + seq.length)
             qi, ki, vi = q_[rows], k_[rows], v_[rows]
             if store.n_r:
-                k_idx = store.index["k"][seq.pages].t().contiguous()
-                v_idx = store.index["v"][seq.pages].t().contiguous()
+                k_idx, v_idx, split = self._prefix_reads(seq, layer.layer_id, qi[:, heads_r])
                 kc = self._prune_chunk(ki[:, store.retrieval], "k", p, n)
                 vc = self._prune_chunk(vi[:, store.retrieval], "v", p, n)
                 with record_function("hs.retrieval_attention"):
                     out, _ = prefill_attention(qi[:, heads_r], kc, vc, store.pools["k"], store.pools["v"],
-                                               k_idx, v_idx, p, layer.scaling)
+                                               k_idx, v_idx, p, layer.scaling, split=split)
                 o[rows, heads_r] = out
             if store.n_s:
                 ks, vs = store.stream_k[seq.stream_rows][None], store.stream_v[seq.stream_rows][None]
