@@ -224,7 +224,7 @@ class HSAttnBackend(AttentionBackend):
             return (*maps, None)
         ids = [self.pool.start_layer + i for i, other in enumerate(self.pool.layers) if other.n_r]
         stores = [self.pool.layer(i) for i in ids]
-        all_maps = [self._maps(seq, other) for other in stores]
+        all_maps = [maps if i == layer_id else self._maps(seq, other) for i, other in zip(ids, stores)]
         splits = prefix_splits([(other.pools["k"], other.pools["v"], *m) for other, m in zip(stores, all_maps)],
                                seq.prefix)
         seq.splits.update({i: (*m, split) for i, m, split in zip(ids, all_maps, splits)})
