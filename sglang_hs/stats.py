@@ -13,6 +13,7 @@ import os
 import tempfile
 import time
 
+import hs_kernels
 import torch
 from hs_kernels import NO_BLOCK, is_sparse
 
@@ -25,6 +26,13 @@ ENV_STATS_FILE = "SGLANG_HS_STATS_FILE"
 
 def stats_file() -> str:
     return os.environ.get(ENV_STATS_FILE) or os.path.join(tempfile.gettempdir(), f"sglang_hs_stats_{os.getpid()}.json")
+
+
+def loaded_code() -> dict:
+    """The folders the serving process loaded the extension and its kernels from: which tree served (an A/B that
+    swaps trees can check it did)."""
+    return {"sglang_hs": os.path.dirname(os.path.abspath(__file__)),
+            "hs_kernels": os.path.dirname(os.path.abspath(hs_kernels.__file__))}
 
 
 class HSStats:
@@ -57,6 +65,7 @@ class HSStats:
             "blocks_compressed": self.blocks_compressed,
             "stream_pages_trimmed": self.stream_pages_trimmed,
             "prefix_cut_backs": self.prefix_cut_backs,
+            "code": loaded_code(),
         }
         if self.pool is not None:
             counts = self.pool.block_counts()

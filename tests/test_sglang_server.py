@@ -1,5 +1,6 @@
 """python -m sglang_hs.launch_server on CPU over real HTTP: load with eviction, stats, bad input."""
 
+import os
 import time
 import urllib.error
 import urllib.request
@@ -10,6 +11,8 @@ import pytest
 pytest.importorskip("sglang")
 pytest.importorskip("hs_prep")
 
+import hs_kernels  # noqa: E402
+import sglang_hs  # noqa: E402
 from sglang_hs.server_process import ServerProcess, call  # noqa: E402
 from sglang_hs.testing import cpu_env, prepare, tiny_llama  # noqa: E402
 
@@ -127,3 +130,13 @@ def test_benchmark_stream_keeps_the_greedy_output_ids(server):
     status, plain = call(base + "/generate", {"input_ids": ids, "sampling_params": {"max_new_tokens": 5, "temperature": 0}})
     assert status == 200 and streamed["completion_tokens"] == 5
     assert streamed["output_ids"] == plain["output_ids"] and len(plain["output_ids"]) == 5
+
+
+def test_stats_name_the_code_that_serves(server):
+    """/hs/stats names the folders the server loaded the extension and kernels from (here: this checkout's), so that a
+    run which swaps trees can check which one served."""
+    base, _ = server
+    status, stats = call(base + "/hs/stats")
+    here = {"sglang_hs": sglang_hs.__path__[0], "hs_kernels": hs_kernels.__path__[0]}
+    assert status == 200 and set(stats["code"]) == set(here)
+    assert all(os.path.samefile(stats["code"][name], path) for name, path in here.items())
