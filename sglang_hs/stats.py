@@ -142,7 +142,7 @@ class HSStats:
         if self.metrics is not None:
             self.metrics.update(snap)
         if now - self._last_log >= self.log_interval_s:
-            logger.info("hs stats: %s", {k: v for k, v in snap.items() if k != "settings"})
+            logger.info("hs stats: %s", {k: v for k, v in snap.items() if k not in ("settings", "code")})
         self._last_log = now
 
 
