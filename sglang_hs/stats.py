@@ -28,11 +28,10 @@ def stats_file() -> str:
     return os.environ.get(ENV_STATS_FILE) or os.path.join(tempfile.gettempdir(), f"sglang_hs_stats_{os.getpid()}.json")
 
 
-def loaded_code() -> dict:
-    """The folders the serving process loaded the extension and its kernels from: which tree served (an A/B that
-    swaps trees can check it did)."""
-    return {"sglang_hs": os.path.dirname(os.path.abspath(__file__)),
-            "hs_kernels": os.path.dirname(os.path.abspath(hs_kernels.__file__))}
+# the folders this process loaded the extension and its kernels from: which tree served (an A/B that swaps trees can
+# check it did)
+LOADED_CODE = {"sglang_hs": os.path.dirname(os.path.abspath(__file__)),
+               "hs_kernels": os.path.dirname(os.path.abspath(hs_kernels.__file__))}
 
 
 class HSStats:
@@ -65,7 +64,7 @@ class HSStats:
             "blocks_compressed": self.blocks_compressed,
             "stream_pages_trimmed": self.stream_pages_trimmed,
             "prefix_cut_backs": self.prefix_cut_backs,
-            "code": loaded_code(),
+            "code": LOADED_CODE,
         }
         if self.pool is not None:
             counts = self.pool.block_counts()
