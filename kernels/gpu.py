@@ -392,9 +392,9 @@ def prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     that are 2:4 in K and V for every KV head on the sparse tensor cores (``cuda_prefill``, no mask: every query
     sees them), the chunk and the other prefix blocks on the Triton kernel, the two merged by log-sum-exp
     (``cuda_prefix_prefill``; raises ValueError where ``cuda_prefill.supports`` refuses the queries or no such block
-    exists); "auto", "cuda" where such blocks hold enough keys and query tokens x keys (``cuda_prefix_worth``), else
-    "triton". ``split``: the prefix's ``PrefixSplit`` found beforehand (``prefix_splits``, the same maps), so that the
-    CUDA path makes no host sync. ``block_m``, ``num_warps``,
+    exists); "auto", "cuda" where such blocks hold enough keys and query tokens x keys (``cuda_prefix_worth``, with
+    the lower bar of a given split), else "triton". ``split``: the prefix's ``PrefixSplit`` found beforehand
+    (``prefix_splits``, the same maps), so that the CUDA path makes no host sync. ``block_m``, ``num_warps``,
     ``num_stages``, ``select``, ``chunk_n``, ``heads``, ``densify``, ``prefix_n`` and ``tma`` are the Triton
     kernel's launch options (``triton_prefill``; defaults: ``prefill_launch``).
     No bounds check of the used index entries against the pools on the Triton path (the reference and the CUDA
@@ -413,9 +413,9 @@ def prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     given = split is not None
     if given and len(split.sparse) + len(split.rest) != -(-prefix_len // BLOCK_SIZE):
         raise ValueError(f"split: {len(split.sparse)} + {len(split.rest)} blocks, not the {prefix_len}-token prefix's")
-    if kernel == "cuda" or (kernel == "auto" and cuda_prefix_pays(q, k_pool, v_pool, k_index, prefix_len)):
+    if kernel == "cuda" or (kernel == "auto" and cuda_prefix_pays(q, k_pool, v_pool, k_index, prefix_len, given)):
         sparse, rest, kinds = split if given else cuda_prefix_blocks(k_pool, v_pool, k_index, v_index, prefix_len)
-        if len(sparse) and (kernel == "cuda" or cuda_prefix_worth(q.shape[0], BLOCK_SIZE * len(sparse))):
+        if len(sparse) and (kernel == "cuda" or cuda_prefix_worth(q.shape[0], BLOCK_SIZE * len(sparse), given)):
             return cuda_prefix_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len, scale, sparse, rest,
                                        kinds, **options)
         if kernel == "cuda":
@@ -436,12 +436,17 @@ def prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 # call on most machines, so after a long prefix (CUDA_PREFIX_LONG_KEYS 2:4 keys) it pays from fewer pairs
 # (CUDA_PREFIX_LONG_MIN_PAIRS): after served 41994-131082 token prefixes, 256-1024 token chunks ran 1.17-2.1x faster
 # back to back. But one machine's host took 1.05 ms (32778 tokens, 256-512 token chunks: 0.45-0.71x), so the bar asks
-# for pairs where the Triton path's GPU time alone exceeds about 1.1 ms (kernels/BENCHMARKS.md, twentieth session)
+# for pairs where the Triton path's GPU time alone exceeds about 1.1 ms (kernels/BENCHMARKS.md, twentieth session).
+# A caller that finds the split beforehand (prefix_splits: one sync for all layers) saves the call's sync: after
+# served 65546- and 131082-token prefixes the CUDA path with the split given ran 64-256 token chunks 1.7-4.0x faster
+# than Triton on two machines, one of them a slow host, all but 128 tokens after 65546 (0.76x, where Triton is at its
+# fastest); so with a given split it runs from 64 query tokens of CUDA_PREFIX_LONG_KEYS keys (twenty-first session)
 CUDA_PREFIX_MIN_WAVES = 4
 CUDA_PREFIX_MIN_KEYS = 1 << 14
 CUDA_PREFIX_MIN_PAIRS = 1 << 27
 CUDA_PREFIX_LONG_KEYS = 5 << 13
 CUDA_PREFIX_LONG_MIN_PAIRS = 3 << 23
+CUDA_PREFIX_GIVEN_MIN_PAIRS = 64 * CUDA_PREFIX_LONG_KEYS
 CUDA_PREFIX_SPLIT_OVERHEAD_BLOCKS = 9  # a CTA's fixed cost (Q, the pipeline's fill, its part's output) in blocks
 
 
@@ -455,19 +460,21 @@ def cuda_prefix_supported(q: torch.Tensor, k_pool: BlockPool, v_pool: BlockPool,
 
 
 def cuda_prefix_pays(q: torch.Tensor, k_pool: BlockPool, v_pool: BlockPool, k_index: torch.Tensor,
-                     prefix_len: int) -> bool:
-    """The part of the "auto" rule known without a host sync: ``cuda_prefix_worth`` of the prefix's full blocks, and
-    ``cuda_prefix_supported``."""
-    return (cuda_prefix_worth(q.shape[0], BLOCK_SIZE * (prefix_len // BLOCK_SIZE))
+                     prefix_len: int, given: bool = False) -> bool:
+    """The part of the "auto" rule known without a host sync: ``cuda_prefix_worth`` of the prefix's full blocks (``given``:
+    for a caller that finds the split beforehand, ``prefix_splits``), and ``cuda_prefix_supported``."""
+    return (cuda_prefix_worth(q.shape[0], BLOCK_SIZE * (prefix_len // BLOCK_SIZE), given)
             and cuda_prefix_supported(q, k_pool, v_pool, k_index, prefix_len))
 
 
-def cuda_prefix_worth(t: int, keys: int) -> bool:
+def cuda_prefix_worth(t: int, keys: int, given: bool = False) -> bool:
     """Whether ``keys`` prefix keys for ``t`` query tokens reach ``CUDA_PREFIX_MIN_KEYS`` and ``CUDA_PREFIX_MIN_PAIRS``,
-    or ``CUDA_PREFIX_LONG_KEYS`` and ``CUDA_PREFIX_LONG_MIN_PAIRS``."""
+    or ``CUDA_PREFIX_LONG_KEYS`` and ``CUDA_PREFIX_LONG_MIN_PAIRS`` (``CUDA_PREFIX_GIVEN_MIN_PAIRS`` where the split is
+    ``given``: the call makes no host sync)."""
     pairs = t * keys
     return ((keys >= CUDA_PREFIX_MIN_KEYS and pairs >= CUDA_PREFIX_MIN_PAIRS)
-            or (keys >= CUDA_PREFIX_LONG_KEYS and pairs >= CUDA_PREFIX_LONG_MIN_PAIRS))
+            or (keys >= CUDA_PREFIX_LONG_KEYS and pairs >= (CUDA_PREFIX_GIVEN_MIN_PAIRS if given
+                                                              else CUDA_PREFIX_LONG_MIN_PAIRS)))
 
 
 def cuda_prefix_splits(t: int, h_q: int, h_kv: int, blocks: int, device: torch.device) -> int:

@@ -213,12 +213,16 @@ def test_prefix_blocks_split_by_kind():
 
 def test_auto_rule_takes_long_prefixes_from_fewer_pairs():
     """``gpu.cuda_prefix_worth``: 2^27 query x key pairs from 2^14 keys, or 3 x 2^23 from 40960 keys (a served 64K
-    prefix's 65216 2:4 keys from 386 tokens, 128K's from 193); never below 2^14 keys."""
+    prefix's 65216 2:4 keys from 386 tokens, 128K's from 193), with a given split 64 x 40960; never below 2^14 keys."""
     worth = gpu.cuda_prefix_worth
     assert worth(8192, 1 << 14) and not worth(8191, 1 << 14) and not worth(1 << 20, (1 << 14) - 64)
     assert worth(386, 65216) and not worth(385, 65216) and worth(193, 130752) and not worth(192, 130752)
     assert worth(615, 40960) and not worth(614, 40960) and not worth(616, 40896)  # below: the 2^27 rule
     assert worth(3282, 40896)
+    # a given split (no host sync in the call): from 64 tokens of 40960 keys, 41 of a served 64K prefix's 65216
+    assert worth(64, 40960, given=True) and not worth(63, 40960, given=True) and not worth(64, 40896, given=True)
+    assert worth(41, 65216, given=True) and not worth(40, 65216, given=True) and not worth(40, 65216)
+    assert worth(8192, 1 << 14, given=True) and not worth(8191, 1 << 14, given=True)  # shorter prefixes: as before
 
 
 def test_builds_exist_for_head_dim_128_and_gqa_ratios_dividing_64():

@@ -50,8 +50,8 @@ def test_cuda_prefix_matches_the_reference(case, monkeypatch):
 def test_auto_takes_the_kernel_from_enough_keys_and_pairs(monkeypatch):
     """"auto": the CUDA path for a chunk after a 2:4 prefix of ``gpu.CUDA_PREFIX_MIN_KEYS`` keys and
     ``gpu.CUDA_PREFIX_MIN_PAIRS`` query x key pairs, or of ``CUDA_PREFIX_LONG_KEYS`` keys and
-    ``CUDA_PREFIX_LONG_MIN_PAIRS`` pairs; the Triton kernel alone for a shorter prefix, a shorter chunk, a dense prefix
-    or float16."""
+    ``CUDA_PREFIX_LONG_MIN_PAIRS`` pairs (``CUDA_PREFIX_GIVEN_MIN_PAIRS`` with the split given); the Triton kernel alone
+    for a shorter prefix, a shorter chunk, a dense prefix or float16."""
     calls = []
     split = gpu.cuda_prefix_prefill
     monkeypatch.setattr(gpu, "cuda_prefix_prefill", lambda *a, **kw: calls.append(1) or split(*a, **kw))
@@ -59,17 +59,22 @@ def test_auto_takes_the_kernel_from_enough_keys_and_pairs(monkeypatch):
     t = -(-gpu.CUDA_PREFIX_MIN_PAIRS // prefix)
     long_prefix = 64 * -(-gpu.CUDA_PREFIX_LONG_KEYS // 64)
     long_t = -(-gpu.CUDA_PREFIX_LONG_MIN_PAIRS // long_prefix)
-    assert long_t < t
-    for t_, p_, s, dtype, expect in ((t, prefix, 1.0, torch.bfloat16, [1]), (t - 1, prefix, 1.0, torch.bfloat16, []),
-                                     (t + 64, prefix - 64, 1.0, torch.bfloat16, []), (t, prefix, 0.0, torch.bfloat16, []),
-                                     (t, prefix, 1.0, torch.float16, []),
-                                     (long_t, long_prefix, 1.0, torch.bfloat16, [1]),
-                                     (long_t - 1, long_prefix, 1.0, torch.bfloat16, []),
-                                     (long_t, long_prefix - 64, 1.0, torch.bfloat16, [])):
+    given_t = -(-gpu.CUDA_PREFIX_GIVEN_MIN_PAIRS // long_prefix)
+    assert given_t < long_t < t
+    bf16 = torch.bfloat16
+    for t_, p_, s, dtype, given, expect in (
+            (t, prefix, 1.0, bf16, False, [1]), (t - 1, prefix, 1.0, bf16, False, []),
+            (t + 64, prefix - 64, 1.0, bf16, False, []), (t, prefix, 0.0, bf16, False, []),
+            (t, prefix, 1.0, torch.float16, False, []),
+            (long_t, long_prefix, 1.0, bf16, False, [1]), (long_t - 1, long_prefix, 1.0, bf16, False, []),
+            (long_t, long_prefix - 64, 1.0, bf16, False, []),
+            (given_t, long_prefix, 1.0, bf16, True, [1]), (given_t - 1, long_prefix, 1.0, bf16, True, []),
+            (given_t, long_prefix, 1.0, bf16, False, []), (given_t, long_prefix - 64, 1.0, bf16, True, [])):
         calls.clear()
         k_pool, v_pool, k_index, v_index, q, k, v, scale = prefill_inputs(32, 8, 128, dtype, t_, p_, s, s)
-        out, _ = hs_kernels.prefill_attention(q, k, v, k_pool, v_pool, k_index, v_index, p_, scale)
-        assert calls == expect, (t_, p_, s, dtype)
+        found = gpu.prefix_splits([(k_pool, v_pool, k_index, v_index)], p_)[0] if given else None
+        out, _ = hs_kernels.prefill_attention(q, k, v, k_pool, v_pool, k_index, v_index, p_, scale, split=found)
+        assert calls == expect, (t_, p_, s, dtype, given)
         o_ref, _ = ref.prefill_attention(q, k, v, k_pool, v_pool, k_index, v_index, p_, scale)
         assert rel_err(out, o_ref) < 1e-2
 

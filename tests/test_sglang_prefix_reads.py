@@ -48,7 +48,11 @@ def extend(backend, monkeypatch, pays: bool):
         seen.append((k_pool, k_index, v_index, split))
         return torch.zeros_like(q), None
 
-    monkeypatch.setattr("sglang_hs.backend.hs_gpu.cuda_prefix_pays", lambda *a: pays)
+    def paying(*args, given=False):
+        assert given  # the split is found beforehand: the rule of a given split
+        return pays
+
+    monkeypatch.setattr("sglang_hs.backend.hs_gpu.cuda_prefix_pays", paying)
     monkeypatch.setattr("sglang_hs.backend.prefix_splits", splits)
     monkeypatch.setattr("sglang_hs.backend.prefill_attention", attention)
     batch = NS(forward_mode=ForwardMode.EXTEND, req_pool_indices=torch.tensor([ROW]), extend_prefix_lens_cpu=[PREFIX],
