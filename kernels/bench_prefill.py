@@ -413,8 +413,8 @@ def bench_cuda_prefix(prefixes, lengths, splits=()) -> None:
             run = lambda kernel: lambda: gpu.prefill_attention(q, k, v, k_pool, v_pool, k_idx, v_idx,  # noqa: E731
                                                                prefix, kernel=kernel)
             split = lambda n: lambda: gpu.cuda_prefix_prefill(  # noqa: E731
-                q, k, v, k_pool, v_pool, k_idx, v_idx, prefix, D ** -0.5,
-                *gpu.cuda_prefix_blocks(k_pool, v_pool, k_idx, v_idx, prefix), splits=n)
+                q, k, v, k_pool, v_pool, prefix, D ** -0.5, gpu.cuda_prefix_blocks(k_pool, v_pool, k_idx, v_idx, prefix),
+                splits=n)
             err = rel_err(run("cuda")()[0], run("triton")()[0])
             tri, cud = timeit(run("triton"), iters=20), timeit(run("cuda"), iters=20)
             auto = "cuda" if gpu.cuda_prefix_pays(q, k_pool, v_pool, k_idx, prefix) else "triton"

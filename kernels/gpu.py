@@ -414,10 +414,10 @@ def prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     if given and len(split.sparse) + len(split.rest) != -(-prefix_len // BLOCK_SIZE):
         raise ValueError(f"split: {len(split.sparse)} + {len(split.rest)} blocks, not the {prefix_len}-token prefix's")
     if kernel == "cuda" or (kernel == "auto" and cuda_prefix_pays(q, k_pool, v_pool, k_index, prefix_len, given)):
-        sparse, rest, kinds = split if given else cuda_prefix_blocks(k_pool, v_pool, k_index, v_index, prefix_len)
-        if len(sparse) and (kernel == "cuda" or cuda_prefix_worth(q.shape[0], BLOCK_SIZE * len(sparse), given)):
-            return cuda_prefix_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len, scale, sparse, rest,
-                                       kinds, **options)
+        split = split if given else cuda_prefix_blocks(k_pool, v_pool, k_index, v_index, prefix_len)
+        blocks = len(split.sparse)
+        if blocks and (kernel == "cuda" or cuda_prefix_worth(q.shape[0], BLOCK_SIZE * blocks, given)):
+            return cuda_prefix_prefill(q, k, v, k_pool, v_pool, prefix_len, scale, split, **options)
         if kernel == "cuda":
             raise ValueError("kernel='cuda' found no prefix block that is 2:4 in K and V for every KV head")
     return triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len, scale, **options)
@@ -490,10 +490,16 @@ def cuda_prefix_splits(t: int, h_q: int, h_kv: int, blocks: int, device: torch.d
 class PrefixSplit(NamedTuple):
     """A cached prefix's blocks as the CUDA prefix path splits them: ``sparse``, the full blocks 2:4 in K and V for
     every KV head (to the sparse tensor cores), ``rest``, the others, the partial last one among them (to the Triton
-    kernel), each ascending, int32 on the maps' device; ``kinds``, those of the rest's K and V entries (``_kinds``)."""
+    kernel), each ascending, int32 on the maps' device; ``kinds``, those of the rest's K and V entries (``_kinds``);
+    the K and V maps' entries of ``sparse`` and of ``rest``, ``[H_kv, blocks]`` each, contiguous (gathered by the same
+    launch, so that the calls that read them make no gather of their own)."""
     sparse: torch.Tensor
     rest: torch.Tensor
     kinds: tuple[int, int]
+    k_sparse: torch.Tensor
+    v_sparse: torch.Tensor
+    k_rest: torch.Tensor
+    v_rest: torch.Tensor
 
 
 def cuda_prefix_blocks(k_pool: BlockPool, v_pool: BlockPool, k_index: torch.Tensor, v_index: torch.Tensor,
@@ -510,40 +516,45 @@ def prefix_splits(layers, prefix_len: int) -> list[PrefixSplit]:
     from .triton_prefix_blocks import HEAD, prefix_blocks_kernel
 
     used, device = -(-prefix_len // BLOCK_SIZE), layers[0][2].device
+    heads = [k_index.shape[0] for _, _, k_index, _ in layers]
     out = torch.empty(len(layers), HEAD + 2 * used, dtype=torch.int32, device=device)
-    for row, (k_pool, v_pool, k_index, v_index) in zip(out, layers):
+    maps = torch.empty(2 * used * sum(heads), dtype=torch.int32, device=device).split([2 * used * h for h in heads])
+    for row, layer_maps, (k_pool, v_pool, k_index, v_index) in zip(out, maps, layers):
         k_index, v_index = k_index.contiguous(), v_index.contiguous()
         prefix_blocks_kernel[(1,)](k_index, v_index, k_index.stride(0), v_index.stride(0), used,
                                    prefix_len // BLOCK_SIZE, k_pool.values.shape[0], v_pool.values.shape[0], row,
-                                   H_KV=k_index.shape[0], HEADS=_next_pow2(k_index.shape[0]), BLOCK=256)
+                                   layer_maps, H_KV=k_index.shape[0], HEADS=_next_pow2(k_index.shape[0]), BLOCK=256)
     splits = []
-    for row, (n, bad, *has) in zip(out, out[:, :HEAD].tolist()):
+    for row, layer_maps, h, (n, bad, *has) in zip(out, maps, heads, out[:, :HEAD].tolist()):
         if bad:
             raise ValueError(cp.REFUSED)
-        splits.append(PrefixSplit(row[HEAD:HEAD + n], row[HEAD + used:HEAD + 2 * used - n], _kinds(has)))
+        k_maps, v_maps = layer_maps.view(2, h * used)
+        splits.append(PrefixSplit(row[HEAD:HEAD + n], row[HEAD + used:HEAD + 2 * used - n], _kinds(has),
+                                  k_maps[:h * n].view(h, n), v_maps[:h * n].view(h, n),
+                                  k_maps[h * n:].view(h, used - n), v_maps[h * n:].view(h, used - n)))
     return splits
 
 
-def cuda_prefix_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len: int, scale: float,
-                        sparse: torch.Tensor, rest: torch.Tensor, kinds: tuple[int, int], splits: int | None = None,
-                        **options) -> tuple[torch.Tensor, torch.Tensor]:
-    """``prefill_attention`` on checked inputs as parts merged by log-sum-exp: the prefix blocks at ``sparse`` (2:4 in
-    K and V for every KV head) by the CUDA kernel without a mask, in ``splits`` parts (default ``cuda_prefix_splits``),
-    and the chunk after the prefix blocks at ``rest`` (ascending; the partial last block, if any, last; their entries'
-    ``kinds``) by the Triton kernel with ``options``: ``cuda_prefix_blocks``'s three. No host sync: rows that the
-    kernel's static offset may have lost are recomputed on the GPU (``cuda_prefill.rescue``); every row is NaN where an
-    entry at ``sparse`` is not a slot of its pool (``cuda_prefix_blocks`` raises there)."""
+def cuda_prefix_prefill(q, k, v, k_pool, v_pool, prefix_len: int, scale: float, split: PrefixSplit,
+                        splits: int | None = None, **options) -> tuple[torch.Tensor, torch.Tensor]:
+    """``prefill_attention`` on checked inputs as parts merged by log-sum-exp, by the prefix's ``split``
+    (``cuda_prefix_blocks``): its ``sparse`` blocks (2:4 in K and V for every KV head) by the CUDA kernel without a
+    mask, in ``splits`` parts (default ``cuda_prefix_splits``), and the chunk after its ``rest`` blocks (ascending; the
+    partial last block, if any, last) by the Triton kernel with ``options``. No host sync: rows that the kernel's static
+    offset may have lost are recomputed on the GPU (``cuda_prefill.rescue``); every row is NaN where an entry of a
+    ``sparse`` block is not a slot of its pool (``cuda_prefix_blocks`` raises there)."""
     t, h_q, d = q.shape
-    splits = cuda_prefix_splits(t, h_q, k_index.shape[0], len(sparse), q.device) if splits is None else splits
+    h_kv, blocks = split.k_sparse.shape
+    splits = cuda_prefix_splits(t, h_q, h_kv, blocks, q.device) if splits is None else splits
     part_out = torch.empty(splits + 1, t, h_q, d, dtype=q.dtype, device=q.device)
     part_lse = torch.empty(splits + 1, t, h_q, dtype=torch.float32, device=q.device)
-    keys = cp.SparseBlocks(k_pool.values, k_pool.meta, k_index[:, sparse])  # gathered: contiguous
-    values = cp.SparseBlocks(v_pool.values, v_pool.meta, v_index[:, sparse])
+    keys = cp.SparseBlocks(k_pool.values, k_pool.meta, split.k_sparse)
+    values = cp.SparseBlocks(v_pool.values, v_pool.meta, split.v_sparse)
     q = q.contiguous()
     # the CUDA part is launched first, the Triton part's host work (much Python) then runs while the GPU is busy
     work = cp.launch(q, keys, values, scale, None, part_out[:splits], part_lse[:splits], splits=splits, flag=False)
-    triton_prefill(q, k, v, k_pool, v_pool, k_index[:, rest], v_index[:, rest], prefix_len - BLOCK_SIZE * len(sparse),
-                   scale, out=part_out[splits], lse=part_lse[splits], kinds=kinds, **options)
+    triton_prefill(q, k, v, k_pool, v_pool, split.k_rest, split.v_rest, prefix_len - BLOCK_SIZE * blocks, scale,
+                   out=part_out[splits], lse=part_lse[splits], kinds=split.kinds, **options)
     out = torch.empty_like(q)
     lse = torch.empty(t, h_q, dtype=torch.float32, device=q.device)
     _merge_splits(part_out.permute(1, 2, 0, 3), part_lse.permute(1, 2, 0), out, lse)  # [t, h_q, part, ...]

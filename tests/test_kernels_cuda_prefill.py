@@ -146,8 +146,11 @@ for h_kv, nb, prefix_len, dense_share, seed in json.loads(sys.argv[2]):
     both = ((ki < 0) & (vi < 0)).all(0) & (torch.arange(used) < full)
     has = [bool(x[:, ~both].any()) for x in (ki >= 0, ki < 0, vi >= 0, vi < 0)]
     expected = [both.nonzero()[:, 0].tolist(), (~both).nonzero()[:, 0].tolist(), list(gpu._kinds(has))]
-    sparse, rest, kinds = gpu.cuda_prefix_blocks(*pools, k_index, v_index, prefix_len)
-    results.append({"got": [sparse.tolist(), rest.tolist(), list(kinds)], "expected": expected})
+    expected += [x[:, cols].tolist() for cols in (both, ~both) for x in (ki, vi)]
+    s = gpu.cuda_prefix_blocks(*pools, k_index, v_index, prefix_len)
+    maps = [s.k_sparse, s.v_sparse, s.k_rest, s.v_rest]
+    got = [s.sparse.tolist(), s.rest.tolist(), list(s.kinds)] + [m.tolist() for m in maps]
+    results.append({"got": got, "expected": expected, "contiguous": all(m.is_contiguous() for m in maps)})
 
 # a small case by hand: a dense entry in one head keeps a block from the kernel; past the pool is refused
 k_index = ~torch.arange(14, dtype=torch.int32).view(2, 7)
@@ -158,10 +161,10 @@ pools = [BlockPool.allocate(op, 128, 8, 14, torch.bfloat16) for op in ("k", "v")
 
 def split(prefix_len):
     try:
-        sparse, rest, kinds = gpu.cuda_prefix_blocks(*pools, k_index, v_index, prefix_len)
+        s = gpu.cuda_prefix_blocks(*pools, k_index, v_index, prefix_len)
     except ValueError as e:
         return str(e)
-    return [sparse.tolist(), rest.tolist(), list(kinds)]
+    return [s.sparse.tolist(), s.rest.tolist(), list(s.kinds)]
 
 by_hand = [split(64 * 6 + 5), split(64 * 6), split(64 * 5), split(64 * 4), split(64 * 2), split(63)]
 k_index[:, 0], v_index[:, 0] = 5, 6
@@ -177,9 +180,9 @@ for h_kv, seed in ((2, 7), (3, 8)):
                  *(torch.where(torch.rand(h_kv, 9, generator=gen) < 0.1, 1, ~torch.arange(9 * h_kv).view(h_kv, 9)).int()
                    for _ in range(2))))
 together = gpu.prefix_splits([(*pools, ki, vi) for pools, ki, vi in maps], 64 * 8 + 1)
-layers = [[[s.sparse.tolist(), s.rest.tolist(), list(s.kinds)] for s in together],
-          [[s.sparse.tolist(), s.rest.tolist(), list(s.kinds)]
-           for s in (gpu.cuda_prefix_blocks(*pools, ki, vi, 64 * 8 + 1) for pools, ki, vi in maps)]]
+as_lists = lambda s: [x.tolist() if isinstance(x, torch.Tensor) else list(x) for x in s]  # noqa: E731
+layers = [[as_lists(s) for s in together],
+          [as_lists(gpu.cuda_prefix_blocks(*pools, ki, vi, 64 * 8 + 1)) for pools, ki, vi in maps]]
 print(json.dumps({"random": results, "by_hand": by_hand, "layers": layers}))
 """
 
@@ -194,7 +197,7 @@ def test_prefix_blocks_split_by_kind():
              [5, 520, 64 * 517, 0.0, 3], [1, 40, 64 * 40, 1.0, 4]]  # KV heads, blocks, prefix, dense share, seed
     r = interpret(PREFIX_BLOCKS, cases)
     for case in r["random"]:
-        assert case["got"] == case["expected"]
+        assert case["got"] == case["expected"] and case["contiguous"]
     assert any(len(case["got"][0]) > 256 for case in r["random"])  # kernel blocks found over more than one step
     assert r["by_hand"] == [
         [[0, 1, 3, 5], [2, 4, 6], [3, 3]],

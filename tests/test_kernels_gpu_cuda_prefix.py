@@ -91,6 +91,10 @@ def test_splits_found_for_all_layers_at_once_make_the_calls_sync_free():
         alone = gpu.cuda_prefix_blocks(*inputs[:4], prefix_len)
         assert torch.equal(split.sparse, alone.sparse) and torch.equal(split.rest, alone.rest)
         assert split.kinds == alone.kinds and len(split.sparse) > 0
+        k_index, v_index = inputs[2:4]
+        for got, maps, blocks in ((split.k_sparse, k_index, split.sparse), (split.v_sparse, v_index, split.sparse),
+                                  (split.k_rest, k_index, split.rest), (split.v_rest, v_index, split.rest)):
+            assert got.is_contiguous() and torch.equal(got, maps[:, blocks.long()])
     for inputs, split in zip(layers, splits):
         k_pool, v_pool, k_index, v_index, q, k, v, scale = inputs
         run = lambda: gpu.prefill_attention(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len, scale,  # noqa: E731
@@ -121,8 +125,8 @@ def test_short_chunks_split_the_prefix_long_ones_do_not():
 
 def split_prefix_matches_the_reference(inputs, prefix_len, splits):
     k_pool, v_pool, k_index, v_index, q, k, v, scale = inputs
-    out, lse = gpu.cuda_prefix_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len, scale,
-                                       *gpu.cuda_prefix_blocks(k_pool, v_pool, k_index, v_index, prefix_len),
+    out, lse = gpu.cuda_prefix_prefill(q, k, v, k_pool, v_pool, prefix_len, scale,
+                                       gpu.cuda_prefix_blocks(k_pool, v_pool, k_index, v_index, prefix_len),
                                        splits=splits)
     o_ref, l_ref = ref.prefill_attention(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len, scale)
     assert not out.isnan().any() and rel_err(out, o_ref) < 1e-2
@@ -163,7 +167,7 @@ def test_rows_whose_exponentials_underflow_are_recomputed(splits, monkeypatch):
     k_pool.values[slot, 7, 0] = 1000.0  # one of d 0 .. 3, as the metadata says
     q[:, :4, :4] = 0  # KV head 0's query heads
     blocks = gpu.cuda_prefix_blocks(*inputs[:4], 2048)  # the call's one host sync
-    run = lambda: gpu.cuda_prefix_prefill(*inputs[4:7], *inputs[:4], 2048, inputs[7], *blocks,  # noqa: E731
+    run = lambda: gpu.cuda_prefix_prefill(*inputs[4:7], *inputs[:2], 2048, inputs[7], blocks,  # noqa: E731
                                           splits=splits)
     split_prefix_matches_the_reference(inputs, 2048, splits)  # compiled, and right
     torch.cuda.synchronize()
@@ -180,11 +184,13 @@ def test_entries_past_the_pool_make_every_row_nan():
     """``cuda_prefix_blocks`` raises on such an entry; given one anyway, the kernel computes nothing and every row of
     the result is NaN, not stale memory."""
     k_pool, v_pool, k_index, v_index, q, k, v, scale = prefill_inputs(32, 8, 128, torch.bfloat16, 64, 1000, 1.0, 1.0)
-    sparse, rest, kinds = gpu.cuda_prefix_blocks(k_pool, v_pool, k_index, v_index, 1000)
-    v_index[5, sparse[2]] = ~torch.tensor(v_pool.values.shape[0], dtype=torch.int32)
+    split = gpu.cuda_prefix_blocks(k_pool, v_pool, k_index, v_index, 1000)
+    past = ~torch.tensor(v_pool.values.shape[0], dtype=torch.int32)
+    v_index[5, split.sparse[2]] = past
     with pytest.raises(ValueError, match="2:4 slot"):
         gpu.cuda_prefix_blocks(k_pool, v_pool, k_index, v_index, 1000)
-    out, lse = gpu.cuda_prefix_prefill(q, k, v, k_pool, v_pool, k_index, v_index, 1000, scale, sparse, rest, kinds)
+    split.v_sparse[5, 2] = past  # the split's own copy of that entry, given to the kernel anyway
+    out, lse = gpu.cuda_prefix_prefill(q, k, v, k_pool, v_pool, 1000, scale, split)
     assert out.isnan().all() and lse.isnan().all()
 
 

@@ -42,7 +42,8 @@ def extend(backend, monkeypatch, pays: bool):
 
     def splits(layers, prefix_len):
         found.append((layers, prefix_len))
-        return [PrefixSplit(torch.tensor([i]), torch.tensor([]), (1, 1)) for i in range(len(layers))]
+        no_maps = [torch.zeros(H_KV, 0, dtype=torch.int32)] * 4
+        return [PrefixSplit(torch.tensor([i]), torch.tensor([]), (1, 1), *no_maps) for i in range(len(layers))]
 
     def attention(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len, scale, split=None):
         seen.append((k_pool, k_index, v_index, split))

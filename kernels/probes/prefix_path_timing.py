@@ -91,7 +91,7 @@ def main() -> None:
         other, pool_class = tree(args.against)
         own = tuple(pool_class(p.operand, p.dense, p.values, p.meta) for p in pools[:2])
         trees["against"] = (other, own + pools[2:])
-    split = gpu.cuda_prefix_blocks(*pools, args.prefix)  # what a caller finds once for all layers
+    splits = {name: g.cuda_prefix_blocks(*p, args.prefix) for name, (g, p) in trees.items()}  # found once for all layers
     print(f"prefix {args.prefix} (served layout), Llama heads, bf16; ms per call\n"
           "| round | tree | chunk | kernel | one call, synced | back to back | host, back to back | GPU busy "
           "| rel.err vs triton |\n|---|---|---|---|---|---|---|---|---|", flush=True)
@@ -100,9 +100,11 @@ def main() -> None:
         run = {(name, kernel): (lambda g=g, p=p, kernel=kernel: g.prefill_attention(q, k, v, *p, args.prefix,
                                                                                  kernel=kernel))
                for name, (g, p) in trees.items() for kernel in ("triton", "cuda", "auto")}
-        for kernel in ("cuda", "auto"):
-            run[("this", f"{kernel}, split given")] = (
-                lambda kernel=kernel: gpu.prefill_attention(q, k, v, *pools, args.prefix, kernel=kernel, split=split))
+        for name, (g, p) in trees.items():
+            for kernel in ("cuda", "auto"):
+                run[(name, f"{kernel}, split given")] = (
+                    lambda g=g, p=p, kernel=kernel, split=splits[name]: g.prefill_attention(
+                        q, k, v, *p, args.prefix, kernel=kernel, split=split))
         if args.host_profile:
             for (name, kernel), fn in run.items():
                 print(f"==== {name} tree, chunk {t}, kernel={kernel}: cProfile of 50 calls", flush=True)
