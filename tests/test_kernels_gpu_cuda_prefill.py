@@ -126,6 +126,10 @@ def test_rows_far_below_the_bound_are_kept_by_the_headroom(s_k):
     every row, exactly."""
     group = 4
     q, k, v = _long_key_inputs(80.0, group)
+    # random norms reach past the headroom now and then (148.6 once on the H200): each query of KV head 0 set to the
+    # norm whose bound is 130
+    rows = q[:, :group].float()
+    q[:, :group] = (rows * (130.0 / (80.0 * D ** -0.5 * cuda_prefill.LOG2E) / rows.norm(dim=-1, keepdim=True))).to(q.dtype)
     bound = q[:, :group].float().norm(dim=-1) * 80.0 * D ** -0.5 * cuda_prefill.LOG2E  # the scores lie near 0
     assert cuda_prefill.UNDERFLOW_GAP + 10 < bound.min().item()
     assert bound.max().item() < cuda_prefill.UNDERFLOW_GAP + cuda_prefill.OFFSET_HEADROOM - 10
