@@ -307,10 +307,11 @@ def prefill_launch(head_dim: int) -> tuple[int, int, int]:
     return (64, 4, 3) if head_dim > 128 else (128, 8, 3)
 
 
-# programs reading each prefix block from which copying a 2:4 prefix dense first pays, measured on the H200
-# with the densified prefix read two blocks per key tile (kernels/BENCHMARKS.md, eighth session): a prefix
-# mixing dense and sparse blocks from 4 (2: 0.75x, 4: 1.26x), an all-sparse one from 8 (4: 0.79x, 8: 1.16x)
-DENSIFY_MIN_READERS = {"mixed": 4, "sparse": 8}
+# programs reading each prefix block from which copying a 2:4 prefix dense first pays, on the H200 with enough block
+# reads (DENSIFY_MIN_BLOCK_READS; kernels/BENCHMARKS.md, twenty-second session): 64-token chunks (2 readers) after mixed
+# prefixes of 32K-64K gained 1.15-1.91x (16K, under the block reads: 0.78x), 128-token ones (4) after an all-sparse
+# 64K 1.35x (32K, under the block reads: 1.05x); the eighth session's losses at 2 and 4 came before a faster copy
+DENSIFY_MIN_READERS = {"mixed": 2, "sparse": 4}
 # block reads (readers x used prefix blocks) from which the copy's fixed cost (a copy kernel and some ten small ops) is
 # paid back, by what the prefix's entries hold, measured on the H200 (kernels/BENCHMARKS.md, seventeenth session): a
 # mixed prefix gained 1.14-1.26x from 1056-1152 (0.80x at 288), an all-2:4 one from 4104 (0.98x at 1056, 0.90x at
