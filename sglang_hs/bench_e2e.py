@@ -16,8 +16,9 @@ prefix-reuse run (one cold request on a shared prefix, then ``--questions`` cach
 ``--question-tokens`` long; the greedy outputs' token ids are kept, so two runs of one seed compare).
 Writes ``results.json`` and ``results.md`` under ``--out`` and prints the markdown.
 ``--profile-steps N``: after its measurements each engine profiles N forward steps (prefill chunks
-and decode steps) of one request at the first context with SGLang's torch profiler
-(``/start_profile``); ``profile-ENGINE.md`` sums the trace (``trace_summary``).
+and decode steps) of two requests with SGLang's torch profiler (``/start_profile``): one at the first
+context, cold (``profile-ENGINE.md`` sums its trace, ``trace_summary``), and one question on the cached
+prefix (``profile-ENGINE-cached.md``).
 """
 
 from __future__ import annotations
@@ -122,15 +123,18 @@ def prefix_run(url: str, prefix: list[int], questions: list[list[int]], new_toke
             "cached_tokens": [r["cached_tokens"] for r in cached], "output_ids": [r["output_ids"] for r in [cold, *cached]]}
 
 
-def profile_run(url: str, out_dir: Path, ids: list[int], steps: int, timeout_s: float = 900) -> str:
-    """Profile the first ``steps`` forward steps of one request; return the trace summary."""
+def profile_run(url: str, out_dir: Path, ids: list[int], steps: int, cached: int = 0, timeout_s: float = 900) -> str:
+    """Profile the first ``steps`` forward steps of one request, its first ``cached`` ids cached beforehand by an
+    unprofiled request; return the trace summary."""
     flush_cache(url)
+    if cached:
+        stream_one(url, ids[:cached], 1)
     out_dir.mkdir(parents=True, exist_ok=True)
     status, body = call(url + "/start_profile", {"output_dir": str(out_dir), "num_steps": steps,
                                                  "activities": ["CPU", "GPU"]}, timeout=120)
     if status != 200:
         raise RuntimeError(f"/start_profile answered {status}: {str(body)[:200]}")
-    stream_one(url, ids, steps)
+    stream_one(url, ids, steps + 1)  # SGLang stops the profile at the (steps + 1)-th forward step from its start
     deadline = time.monotonic() + timeout_s
     while not (traces := sorted(out_dir.glob("*.trace.json.gz"))):
         if time.monotonic() > deadline:
@@ -191,13 +195,15 @@ def measure(engine: str, url: str, args, config: dict, rng: random.Random) -> di
     out["prefix"] = prefix_run(url, prefix, [tokens(args.question_tokens) for _ in range(args.questions + 1)], args.output_tokens)
     out["kv"] = kv_info(url, engine, config, 2 if args.dtype in ("bfloat16", "float16") else 4)
     if args.profile_steps:
-        try:
-            text = profile_run(url, Path(args.out) / f"profile-{engine}", tokens(args.contexts[0] - args.profile_steps),
-                               args.profile_steps)
-            (Path(args.out) / f"profile-{engine}.md").write_text(text + "\n")
-            print(text, file=sys.stderr, flush=True)
-        except Exception as e:
-            out["profile_error"] = f"{type(e).__name__}: {str(e)[:200]}"
+        runs = ((engine, tokens(args.contexts[0] - args.profile_steps), 0),
+                (f"{engine}-cached", prefix + tokens(args.question_tokens), len(prefix)))
+        for name, ids, cached in runs:
+            try:
+                text = profile_run(url, Path(args.out) / f"profile-{name}", ids, args.profile_steps, cached)
+                (Path(args.out) / f"profile-{name}.md").write_text(text + "\n")
+                print(text, file=sys.stderr, flush=True)
+            except Exception as e:
+                out.setdefault("profile_errors", {})[name] = f"{type(e).__name__}: {str(e)[:200]}"
     return out
 
 

@@ -2,8 +2,9 @@
 
 Uses only SGLang's extension points: the attention backend registry and its CLI choices, the
 radix-cache backend registry, the warm-up registry (``warmup.py``), and HookRegistry hooks on the KV
-pool / allocator builders, the pool sizing (bytes per token, the reserve's bytes) and ServerArgs
-validation. Everything is inert unless ``--attention-backend hs`` is selected.
+pool / allocator builders, the pool sizing (bytes per token, the reserve's bytes), ServerArgs
+validation and the tokenizer manager's request validation (token ids within the vocabulary). Everything
+is inert unless ``--attention-backend hs`` is selected.
 """
 
 from __future__ import annotations
@@ -87,6 +88,15 @@ def _check_server_args(self, *args, **kwargs):
         # the auto reserve holds this many requests' sinks and windows; SGLang admits requests by free
         # pages alone, and more running requests could use up the dense blocks (a scheduler error)
         self.max_running_requests = RESERVE_REQUESTS
+
+
+def _check_input_ids(self, obj, input_ids, *args, **kwargs):
+    """Before TokenizerManager._validate_one_request: refuse token ids outside the vocabulary (a 400). SGLang 0.5.17
+    has such a check but never calls it, and one such id crashes the scheduler, failing every running request."""
+    if input_ids and _active(self.server_args):
+        vocab, low, high = self.model_config.vocab_size, min(input_ids), max(input_ids)
+        if low < 0 or high >= vocab:
+            raise ValueError(f"input_ids hold token id {low if low < 0 else high}, outside the vocabulary [0, {vocab})")
 
 
 def _on_cuda(server_args) -> bool:
@@ -235,6 +245,8 @@ def register() -> None:
     HookRegistry.register("sglang.srt.utils.common.support_triton", _support_triton, HookType.AROUND)
     HookRegistry.register("sglang.srt.mem_cache.allocation.get_last_loc", _get_last_loc, HookType.AROUND)
     HookRegistry.register("sglang.srt.server_args.ServerArgs.__post_init__", _check_server_args, HookType.BEFORE)
+    HookRegistry.register("sglang.srt.managers.tokenizer_manager.TokenizerManager._validate_one_request",
+                          _check_input_ids, HookType.BEFORE)
     warmup(hs_warmup.NAME)(hs_warmup.hs_prefill)
     # one stats file per server, shared by its processes (children inherit the environment)
     os.environ.setdefault(ENV_STATS_FILE, stats_file())

@@ -20,6 +20,7 @@ import dataclasses
 
 from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams
 from sglang.srt.mem_cache.radix_cache import RadixCache, RadixKey
+from torch.profiler import record_function
 
 from .stats import HSStats
 
@@ -38,6 +39,7 @@ class HSRadixCache(RadixCache):
         locs = self.req_to_token_pool.req_to_token[req.req_pool_idx, :num_tokens].long()
         self.stats.blocks_compressed += self.pool.compress_sequence(locs, num_tokens)
 
+    @record_function("hs.match_prefix")
     def match_prefix(self, params):
         result = super().match_prefix(params)
         if self._internal_match:
@@ -60,6 +62,7 @@ class HSRadixCache(RadixCache):
             locs[:len(tree)] = tree
         self.stats.stream_pages_trimmed += self.pool.trim_stream(req.req_pool_idx, locs, n, running)
 
+    @record_function("hs.cache_unfinished_req")
     def cache_unfinished_req(self, req, chunked=False):
         if not self.disable:
             fill = req.get_fill_ids()
@@ -73,6 +76,7 @@ class HSRadixCache(RadixCache):
         self.stats.maybe_publish()
         self.stats.dirty = True
 
+    @record_function("hs.cache_finished_req")
     def cache_finished_req(self, req, is_insert: bool = True, *, kv_len_to_handle: int):
         if not self.disable and is_insert and not self.disable_finished_insert:
             self._compress(req, kv_len_to_handle)

@@ -110,6 +110,16 @@ def test_too_long_request_is_refused_and_server_stays_up(server):
     assert status == 200 and len(body["output_ids"]) == 6
 
 
+def test_token_ids_outside_the_vocabulary_are_refused_and_server_stays_up(server):
+    """Stock SGLang 0.5.17 crashes on such ids (the embedding's index error kills the scheduler); hs refuses them."""
+    base, _ = server
+    for bad, shown in (([5, 512, 7], "512"), ([5, -1, 7], "-1")):
+        status, body = call(base + "/generate", {"input_ids": bad, "sampling_params": {"max_new_tokens": 2}})
+        assert status == 400 and f"token id {shown}, outside the vocabulary [0, 512)" in str(body)
+    status, body = call(base + "/generate", {"input_ids": [5, 511, 7], "sampling_params": {"max_new_tokens": 2}})
+    assert status == 200 and len(body["output_ids"]) == 2
+
+
 def test_warmup_ran_the_prefill_shapes_before_listening(server):
     """The hs_prefill warm-up: a prompt of two 256-token chunks and a 64-token tail (its chunks read a prefix of
     their own), then a question on its cached prefix, all before the first request was accepted."""
@@ -130,6 +140,21 @@ def test_benchmark_stream_keeps_the_greedy_output_ids(server):
     status, plain = call(base + "/generate", {"input_ids": ids, "sampling_params": {"max_new_tokens": 5, "temperature": 0}})
     assert status == 200 and streamed["completion_tokens"] == 5
     assert streamed["output_ids"] == plain["output_ids"] and len(plain["output_ids"]) == 5
+
+
+def test_profile_of_a_question_on_a_cached_prefix(server, tmp_path):
+    """bench_e2e's profile of a question on a cached prefix, over real HTTP with SGLang's profiler: the question hits the
+    prefix the unprofiled request cached, and the trace's summary names the hs ranges of its prefill (the prefix match,
+    the extend)."""
+    from sglang_hs.bench_e2e import profile_run
+
+    base, _ = server
+    ids = [10 + (37 * i) % 490 for i in range(256 + 32)]  # within the tiny model's vocabulary (512)
+    before = idle_stats(base)["prefix_hit_tokens"]
+    text = profile_run(base, tmp_path / "profile", ids, 2, cached=256, timeout_s=120)
+    assert idle_stats(base)["prefix_hit_tokens"] - before >= 192
+    ranges = text.split("| GPU kernels")[0]
+    assert "| hs.match_prefix |" in ranges and "| hs.forward_extend |" in ranges
 
 
 def test_stats_name_the_code_that_serves(server):
