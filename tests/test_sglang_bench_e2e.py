@@ -1,5 +1,6 @@
-"""CPU: the end-to-end benchmark's synthetic checkpoint is one the hs extension accepts, and its
-report computes the ratios from the measured runs (the measurement itself runs on the GPU machine)."""
+"""CPU: the end-to-end benchmark's synthetic checkpoint is one the hs extension accepts, its report computes the
+ratios from the measured runs (the measurement itself runs on the GPU machine), and the whole run works over real
+HTTP on a tiny model."""
 
 import math
 
@@ -78,3 +79,31 @@ def test_hs_flags_go_to_the_hs_engine_only():
     assert hs[-2:] == ["--hs-decode-kernel", "cuda"] and "--hs-decode-kernel" not in stock
     assert "--cuda-graph-max-bs-decode" in hs and "--cuda-graph-max-bs-decode" in stock
     assert (hs_module, stock_module) == ("sglang_hs.launch_server", "sglang.launch_server")
+
+
+@pytest.mark.slow
+def test_both_engines_end_to_end_on_cpu_with_profiles(tmp_path):
+    """The whole benchmark over real HTTP on the tiny prepared model (CPU, float32): stock and hs each measured, the
+    questions hit the cached prefix, and each engine's two profiles (cold, and a question on the cached prefix) are
+    written, the hs one naming the prefix match."""
+    import json
+
+    pytest.importorskip("hs_prep")
+    from sglang_hs.bench_e2e import main
+    from sglang_hs.testing import prepare, tiny_llama
+
+    model = prepare(tiny_llama(str(tmp_path / "tiny")), str(tmp_path / "prepared"), 0.5)
+    out = tmp_path / "out"
+    assert main(["--out", str(out), "--model", model, "--device", "cpu", "--dtype", "float32", "--stock-backend",
+                 "torch_native", "--contexts", "256", "--batches", "1", "--output-tokens", "2", "--prefix", "192",
+                 "--questions", "1", "--question-tokens", "64", "--profile-steps", "2",
+                 "--hs-flags", "--hs-dense-reserve 1.0", "--", "--max-total-tokens", "2048", "--disable-cuda-graph",
+                 "--sampling-backend", "pytorch", "--grammar-backend", "none"]) == 0
+    res = json.loads((out / "results.json").read_text())
+    for engine in ("stock", "hs"):
+        assert "error" not in res[engine] and "profile_errors" not in res[engine], res[engine]
+        assert res[engine]["prefix"]["cached_tokens"] == [192]
+        for name in (engine, f"{engine}-cached"):
+            assert (out / f"profile-{name}.md").read_text().startswith("Trace ")
+    assert "| hs.match_prefix |" in (out / "profile-hs-cached.md").read_text()
+    assert (out / "results.md").exists()
