@@ -152,6 +152,7 @@ class HSKVPool(KVCache):
         self.stream_index = torch.full((self.num_pages,), NO_BLOCK, dtype=torch.int64, device=device)
         self.stream_free = SlotStack(stream_slots, device)
         self.live = torch.zeros(self.num_pages, dtype=torch.int32, device=device)  # running windows per page
+        self.pinned = torch.zeros(self.num_pages, dtype=torch.bool, device=device)  # windows before branch points
         self.live_by_row: dict[int, torch.Tensor] = {}
         self.layers = [LayerStore(settings, self.start_layer + i, self.num_pages, stream_slots, head_dim, dtype, device)
                        for i in range(layer_num)]
@@ -177,6 +178,7 @@ class HSKVPool(KVCache):
         self.stream_index.fill_(NO_BLOCK)
         self.stream_free.reset()
         self.live.zero_()
+        self.pinned.zero_()
         self.live_by_row.clear()
         self.on_alloc_pages(torch.tensor([0]))  # the dummy page is always writable
 
@@ -198,6 +200,7 @@ class HSKVPool(KVCache):
         if self.has_stream:
             self._drop_stream(pages)
             self.live[pages] = 0  # a freed page belongs to no running window
+            self.pinned[pages] = False
 
     # ---- streaming pages (checkpointed windows) ----
 
@@ -236,11 +239,19 @@ class HSKVPool(KVCache):
         pages = locs[:num_tokens:BLOCK_SIZE] // BLOCK_SIZE
         s = self.settings
         keep = keep_mask(num_tokens, s.sink_tokens, s.window_tokens, s.stream_checkpoint).to(pages.device)
-        drop = pages[~keep & (self.live[pages] == 0) & (self.stream_index[pages] != NO_BLOCK)]
+        drop = pages[~keep & (self.live[pages] == 0) & ~self.pinned[pages] & (self.stream_index[pages] != NO_BLOCK)]
         self._drop_stream(drop)
         if running:
             self.register_window(row, locs, num_tokens, num_tokens)
         return drop.numel()
+
+    def pin_window(self, locs: torch.Tensor):
+        """Keep, until the pages are freed, the streaming KV of the window before the end of a matched prefix (token
+        locs, page-aligned): a match was cut back there, so requests branch at that point. Pages that lack it get it
+        from the request that recomputes them (``adopt_stream``); later matches there are then whole."""
+        if self.has_stream and locs.numel():
+            pages = locs[::BLOCK_SIZE] // BLOCK_SIZE
+            self.pinned[pages[-(-self.settings.window_tokens // BLOCK_SIZE):]] = True
 
     def release_window(self, row: int):
         if self.has_stream:

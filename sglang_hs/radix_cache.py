@@ -47,6 +47,7 @@ class HSRadixCache(RadixCache):
         matched = len(result.device_indices)
         reusable = self.pool.reusable_prefix(result.device_indices)
         if reusable < matched:  # re-match the shorter key: the tree splits there
+            self.pool.pin_window(result.device_indices)
             result = super().match_prefix(dataclasses.replace(params, key=params.key[:reusable]))
         self.stats.on_match(len(params.key), len(result.device_indices), cut_back=reusable < matched)
         return result

@@ -18,7 +18,8 @@ pytestmark = pytest.mark.slow
 # byte tokenizer: one token per character
 PREFIX = "".join(f"line {i}: the quick brown fox jumps over the lazy dog. " for i in range(14))[:640]
 SUFFIXES = ["Question one asks about foxes and dogs and many more animals. " * 7,
-            "A second, different question about something else entirely here. " * 7]
+            "A second, different question about something else entirely here. " * 7,
+            "Third: yet another question, about rivers and mountains far away. " * 7]
 
 
 @pytest.fixture(scope="module")
@@ -77,31 +78,37 @@ def test_cached_prefix_equals_cold_and_bytes_match_size_model(models, placeholde
     try:
         first = hs.generate(PREFIX + SUFFIXES[0], GREEDY)
         cached = hs.generate(PREFIX + SUFFIXES[1], GREEDY)
+        again = hs.generate(PREFIX + SUFFIXES[2], GREEDY)
         time.sleep(1.5)  # stats are published when the scheduler goes idle
         with open(stats_path) as f:
             stats = json.load(f)
         flush_cache(hs)
         cold = hs.generate(PREFIX + SUFFIXES[1], GREEDY)
+        flush_cache(hs)
+        cold_again = hs.generate(PREFIX + SUFFIXES[2], GREEDY)
     finally:
         hs.shutdown()
         del os.environ["SGLANG_HS_STATS_FILE"]
     # the requests diverge at 640 (a page boundary, not a checkpoint): the streaming window before 640
-    # is not stored, so reuse is cut back to checkpoint 512 and 512..640 is recomputed
-    assert PREFIX + SUFFIXES[0][0] != PREFIX + SUFFIXES[1][0] and len(PREFIX) == 640
+    # is not stored, so the second one's reuse is cut back to checkpoint 512 and 512..640 is recomputed; that
+    # window is kept from then on (pinned), so the third one reuses all 640
+    assert len({SUFFIXES[i][0] for i in range(3)}) == 3 and len(PREFIX) == 640
     assert first["meta_info"]["cached_tokens"] == 0
     assert cached["meta_info"]["cached_tokens"] == 512
-    assert cold["meta_info"]["cached_tokens"] == 0
-    assert cached["output_ids"] == cold["output_ids"]
-    assert stats["prefix_cut_backs"] >= 1
+    assert again["meta_info"]["cached_tokens"] == 640
+    assert cold["meta_info"]["cached_tokens"] == 0 and cold_again["meta_info"]["cached_tokens"] == 0
+    assert cached["output_ids"] == cold["output_ids"] and again["output_ids"] == cold_again["output_ids"]
+    assert stats["prefix_cut_backs"] == 1
 
-    # streaming groups store exactly the checkpointed windows of the two cached sequences (shared pages once)
-    kv_len = [r["meta_info"]["prompt_tokens"] + r["meta_info"]["completion_tokens"] - 1 for r in (first, cached)]
-    one, two = (kept_stream_pages(n, sink, window, checkpoint) for n in kv_len)
-    assert stats["stream_pages"] == len(one) + len({j for j in two if j >= 10})
+    # streaming groups store exactly the checkpointed windows of the three cached sequences (shared pages once) and
+    # the pinned window before their branch point, pages 8 and 9
+    kv_len = [r["meta_info"]["prompt_tokens"] + r["meta_info"]["completion_tokens"] - 1 for r in (first, cached, again)]
+    one, two, three = (kept_stream_pages(n, sink, window, checkpoint) for n in kv_len)
+    assert stats["stream_pages"] == len(one | {8, 9}) + len({j for j in two if j >= 10}) + len({j for j in three if j >= 10})
     config = json.load(open(f"{models['r05']}/config.json"))
     n_s = sum(not r for layer in config["hierasparse"]["layers"] for r in layer["is_retrieval"])
     assert stats["stream_bytes"] == stats["stream_pages"] * 64 * n_s * 2 * stats["head_dim"] * stats["value_bytes"]
-    assert stats["tree_tokens"] == sum(n // 64 * 64 for n in kv_len) - 640
+    assert stats["tree_tokens"] == sum(n // 64 * 64 for n in kv_len) - 2 * 640
 
     # storage of the cached blocks = paper eq. 5 at the measured sparsity, to the byte
     assert stats["slot_problems"] == []
