@@ -246,9 +246,9 @@ class HSKVPool(KVCache):
         return drop.numel()
 
     def pin_window(self, locs: torch.Tensor):
-        """Keep, until the pages are freed, the streaming KV of the window before the end of a matched prefix (token
-        locs, page-aligned): a match was cut back there, so requests branch at that point. Pages that lack it get it
-        from the request that recomputes them (``adopt_stream``); later matches there are then whole."""
+        """Keep, until the pages are freed, the streaming KV of the window before the end of a prefix (token locs,
+        page-aligned) where requests branch (a match was cut back there, or a prompt ends there). Pages that lack it
+        get it from the request that recomputes them (``adopt_stream``); later matches there are then whole."""
         if self.has_stream and locs.numel():
             pages = locs[::BLOCK_SIZE] // BLOCK_SIZE
             self.pinned[pages[-(-self.settings.window_tokens // BLOCK_SIZE):]] = True

@@ -12,6 +12,8 @@ Streaming groups keep only checkpointed windows (stream_window.py). A match is t
 to the largest point whose streaming window is stored; SGLang recomputes the rest as usual. The
 recomputed copies of pages the tree already holds hand their streaming KV to the tree's pages
 before SGLang frees them as duplicates, then the sequence's pages no query can see are trimmed.
+The windows before a cut-back match point and before each prompt's last page are pinned (kept until
+their pages are freed), so requests branching there later resume there.
 """
 
 from __future__ import annotations
@@ -63,6 +65,14 @@ class HSRadixCache(RadixCache):
             locs[:len(tree)] = tree
         self.stats.stream_pages_trimmed += self.pool.trim_stream(req.req_pool_idx, locs, n, running)
 
+    def _pin_prompt_end(self, req):
+        """Once a request's prompt is prefilled (its pages now the tree's): pin the window before the longest prefix a
+        request with the same prompt can match (its length - 1, page-aligned), so that a regenerated answer, another
+        sample, or a next turn that re-tokenizes this answer differently resumes there, not at the last checkpoint."""
+        end = (len(req.origin_input_ids) - 1) // self.page_size * self.page_size
+        if end > 0 and len(req.get_fill_ids()) >= len(req.origin_input_ids):
+            self.pool.pin_window(self.req_to_token_pool.req_to_token[req.req_pool_idx, :end].long())
+
     @record_function("hs.cache_unfinished_req")
     def cache_unfinished_req(self, req, chunked=False):
         if not self.disable:
@@ -74,6 +84,8 @@ class HSRadixCache(RadixCache):
             super().cache_unfinished_req(req, chunked=chunked)
         finally:
             self._internal_match = False
+        if not self.disable:
+            self._pin_prompt_end(req)
         self.stats.maybe_publish()
         self.stats.dirty = True
 

@@ -7,7 +7,8 @@ only if some future query can see it:
     request matching the prefix at any m can resume exactly at the largest stored c <= m;
   * the window before the sequence's end (its running window while it runs, and the window before
     its page-aligned end once cached, so an exact continuation reuses everything);
-  * the window before a point where a match was cut back: requests branch there (HSKVPool.pin_window).
+  * the window before a point where a match was cut back (requests branch there), and before each
+    prompt's last page (HSKVPool.pin_window, from the radix cache).
 Positions are token positions in the sequence; page j holds positions [64 j, 64 j + 64).
 """
 

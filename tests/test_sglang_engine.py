@@ -60,11 +60,12 @@ def test_ratio_one_sparsity_zero_equals_stock_torch_native(models, placeholder_l
     assert not os.path.exists(placeholder_log), open(placeholder_log).read()
 
 
-def kept_stream_pages(num_tokens, sink, window, checkpoint):
+def kept_stream_pages(num_tokens, prompt_tokens, sink, window, checkpoint):
     """Pages of a cached sequence (its KV length) whose streaming KV stays: sink, the window before each
-    checkpoint, the window before the page-aligned end."""
-    end = num_tokens // 64 * 64
-    spans = [(0, sink), (end - window, end)] + [(c - window, c) for c in range(checkpoint, end + 1, checkpoint)]
+    checkpoint, the window before the page-aligned end, the (pinned) window before the prompt's last page."""
+    end, prompt_end = num_tokens // 64 * 64, (prompt_tokens - 1) // 64 * 64
+    spans = [(0, sink), (end - window, end), (prompt_end - window, prompt_end)]
+    spans += [(c - window, c) for c in range(checkpoint, end + 1, checkpoint)]
     return {j for j in range(end // 64) for a, b in spans if 64 * j < b and 64 * j + 64 > a}
 
 
@@ -102,8 +103,9 @@ def test_cached_prefix_equals_cold_and_bytes_match_size_model(models, placeholde
 
     # streaming groups store exactly the checkpointed windows of the three cached sequences (shared pages once) and
     # the pinned window before their branch point, pages 8 and 9
-    kv_len = [r["meta_info"]["prompt_tokens"] + r["meta_info"]["completion_tokens"] - 1 for r in (first, cached, again)]
-    one, two, three = (kept_stream_pages(n, sink, window, checkpoint) for n in kv_len)
+    prompts = [r["meta_info"]["prompt_tokens"] for r in (first, cached, again)]
+    kv_len = [p + r["meta_info"]["completion_tokens"] - 1 for p, r in zip(prompts, (first, cached, again))]
+    one, two, three = (kept_stream_pages(n, p, sink, window, checkpoint) for n, p in zip(kv_len, prompts))
     assert stats["stream_pages"] == len(one | {8, 9}) + len({j for j in two if j >= 10}) + len({j for j in three if j >= 10})
     config = json.load(open(f"{models['r05']}/config.json"))
     n_s = sum(not r for layer in config["hierasparse"]["layers"] for r in layer["is_retrieval"])
@@ -143,4 +145,24 @@ def test_bf16_cached_prefix_equals_cold_bit_for_bit(models, placeholder_log):
     assert cached["meta_info"]["cached_tokens"] == 512 and cold["meta_info"]["cached_tokens"] == 0
     assert cached["output_ids"] == cold["output_ids"]
     assert cached["meta_info"]["output_top_logprobs"] == cold["meta_info"]["output_top_logprobs"]
+    assert not os.path.exists(placeholder_log)
+
+
+def test_the_same_prompt_again_resumes_at_its_end_after_a_long_answer(models, placeholder_log):
+    """A regenerated answer (or another sample) matches the prompt up to its last token's page. The first answer ran
+    far past its window, so that page's window is neither the cached sequence's end window nor a checkpoint's: it
+    stays because the prompt's end was pinned once prefilled (without the pin the match is cut back to 1024)."""
+    sparse = {"prefill_sk": 1.0, "prefill_sv": 1.0, "decode_sk": 1.0, "decode_sv": 1.0,
+              "sink_tokens": 64, "window_tokens": 128, "stream_checkpoint": 256}
+    hs = engine(models["r05"], hs_args=sparse)
+    prompt = PREFIX + SUFFIXES[2]
+    try:
+        first = hs.generate(prompt, {"max_new_tokens": 300, "temperature": 0.0, "ignore_eos": True})
+        again = hs.generate(prompt, GREEDY)
+    finally:
+        hs.shutdown()
+    n = first["meta_info"]["prompt_tokens"]
+    end = (n - 1) // 64 * 64
+    assert first["meta_info"]["completion_tokens"] == 300 and end == 1088  # not a checkpoint (256 k)
+    assert again["meta_info"]["cached_tokens"] == end
     assert not os.path.exists(placeholder_log)
