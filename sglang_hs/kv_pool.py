@@ -250,8 +250,8 @@ class HSKVPool(KVCache):
         page-aligned) where requests branch (a match was cut back there, or a prompt ends there). Pages that lack it
         get it from the request that recomputes them (``adopt_stream``); later matches there are then whole."""
         if self.has_stream and locs.numel():
-            pages = locs[::BLOCK_SIZE] // BLOCK_SIZE
-            self.pinned[pages[-(-self.settings.window_tokens // BLOCK_SIZE):]] = True
+            window_pages = -(-self.settings.window_tokens // BLOCK_SIZE)
+            self.pinned[(locs[::BLOCK_SIZE] // BLOCK_SIZE)[-window_pages:]] = True
 
     def release_window(self, row: int):
         if self.has_stream:
@@ -368,5 +368,6 @@ class HSKVPool(KVCache):
                 if pool.num_sparse_slots:
                     out["sparse_bytes"] += ns * (pool.values[0:1].nbytes + pool.meta[0:1].nbytes)
         out["stream_pages"] = max(self.stream_free.used - 1, 0)  # page 0 (padding) excluded
+        out["stream_pages_pinned"] = int((self.pinned & (self.stream_index != NO_BLOCK)).sum()) if self.has_stream else 0
         out["stream_bytes"] = out["stream_pages"] * sum(2 * layer.stream_k[:BLOCK_SIZE].nbytes for layer in self.layers)
         return out

@@ -19,6 +19,7 @@ GAUGES = {
     "dense_bytes": "bytes of dense retrieval blocks",
     "sparse_bytes": "bytes of compressed retrieval blocks (values + metadata)",
     "stream_pages": "pages holding streaming-group KV",
+    "stream_pages_pinned": "of those, pages pinned as the window before a branch point or a prompt's end",
     "stream_bytes": "bytes of streaming-group KV",
     "compression_ratio": "retrieval blocks: dense-equivalent bytes / stored bytes",
     "pages_in_use": "pool pages in use",

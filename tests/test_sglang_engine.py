@@ -107,6 +107,8 @@ def test_cached_prefix_equals_cold_and_bytes_match_size_model(models, placeholde
     kv_len = [p + r["meta_info"]["completion_tokens"] - 1 for p, r in zip(prompts, (first, cached, again))]
     one, two, three = (kept_stream_pages(n, p, sink, window, checkpoint) for n, p in zip(kv_len, prompts))
     assert stats["stream_pages"] == len(one | {8, 9}) + len({j for j in two if j >= 10}) + len({j for j in three if j >= 10})
+    pinned = [{j for j in range(end // 64) if 64 * j + 64 > end - window} for end in ((p - 1) // 64 * 64 for p in prompts)]
+    assert stats["stream_pages_pinned"] == len(pinned[0] | {8, 9}) + len(pinned[1]) + len(pinned[2])
     config = json.load(open(f"{models['r05']}/config.json"))
     n_s = sum(not r for layer in config["hierasparse"]["layers"] for r in layer["is_retrieval"])
     assert stats["stream_bytes"] == stats["stream_pages"] * 64 * n_s * 2 * stats["head_dim"] * stats["value_bytes"]
