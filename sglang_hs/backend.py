@@ -214,8 +214,9 @@ class HSAttnBackend(AttentionBackend):
     def _prefix_reads(self, seq: ExtendSeq, layer_id: int, q: torch.Tensor
                       ) -> tuple[torch.Tensor, torch.Tensor, PrefixSplit | None]:
         """The layer's prefix index maps and, where the CUDA prefix path may take the sequence's chunk
-        (``hs_kernels.gpu.cuda_prefix_pays`` on the queries ``q`` of the retrieval heads, at the bar of a given split), its ``PrefixSplit``: found
-        for every layer at the first (``prefix_splits``: one host sync per sequence and forward, not one per layer)."""
+        (``hs_kernels.gpu.cuda_prefix_pays`` on the queries ``q`` of the retrieval heads, at the bar of a given split),
+        its ``PrefixSplit``: found for every layer at the first (``prefix_splits``: one host sync per sequence and
+        forward, not one per layer)."""
         if layer_id in seq.splits:
             return seq.splits[layer_id]
         store = self.pool.layer(layer_id)

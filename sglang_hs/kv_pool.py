@@ -368,6 +368,6 @@ class HSKVPool(KVCache):
                 if pool.num_sparse_slots:
                     out["sparse_bytes"] += ns * (pool.values[0:1].nbytes + pool.meta[0:1].nbytes)
         out["stream_pages"] = max(self.stream_free.used - 1, 0)  # page 0 (padding) excluded
-        out["stream_pages_pinned"] = int((self.pinned & (self.stream_index != NO_BLOCK)).sum()) if self.has_stream else 0
+        out["stream_pages_pinned"] = int((self.pinned & (self.stream_index != NO_BLOCK)).sum())
         out["stream_bytes"] = out["stream_pages"] * sum(2 * layer.stream_k[:BLOCK_SIZE].nbytes for layer in self.layers)
         return out

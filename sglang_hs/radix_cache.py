@@ -65,18 +65,19 @@ class HSRadixCache(RadixCache):
             locs[:len(tree)] = tree
         self.stats.stream_pages_trimmed += self.pool.trim_stream(req.req_pool_idx, locs, n, running)
 
-    def _pin_prompt_end(self, req):
-        """Once a request's prompt is prefilled (its pages now the tree's): pin the window before the longest prefix a
-        request with the same prompt can match (its length - 1, page-aligned), so that a regenerated answer, another
-        sample, or a next turn that re-tokenizes this answer differently resumes there, not at the last checkpoint."""
+    def _pin_prompt_end(self, req, filled: int):
+        """Once a request's prompt is prefilled (``filled`` tokens, its pages now the tree's): pin the window before the
+        longest prefix a request with the same prompt can match (its length - 1, page-aligned), so that a regenerated
+        answer, another sample, or a next turn that re-tokenizes this answer differently resumes there, not at the last
+        checkpoint."""
         end = (len(req.origin_input_ids) - 1) // self.page_size * self.page_size
-        if end > 0 and len(req.get_fill_ids()) >= len(req.origin_input_ids):
+        if end > 0 and filled >= len(req.origin_input_ids):
             self.pool.pin_window(self.req_to_token_pool.req_to_token[req.req_pool_idx, :end].long())
 
     @record_function("hs.cache_unfinished_req")
     def cache_unfinished_req(self, req, chunked=False):
-        if not self.disable:
-            fill = req.get_fill_ids()
+        fill = None if self.disable else req.get_fill_ids()
+        if fill is not None:
             self._compress(req, len(fill))
             self._trim_stream(req, fill, running=True)
         self._internal_match = True
@@ -84,8 +85,8 @@ class HSRadixCache(RadixCache):
             super().cache_unfinished_req(req, chunked=chunked)
         finally:
             self._internal_match = False
-        if not self.disable:
-            self._pin_prompt_end(req)
+        if fill is not None:
+            self._pin_prompt_end(req, len(fill))
         self.stats.maybe_publish()
         self.stats.dirty = True
 
