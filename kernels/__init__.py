@@ -8,7 +8,7 @@ from . import format, gpu
 from .attention import merge_attention, streaming_keys, window_start
 from .gpu import (  # GPU kernels on CUDA, else the reference
     PrefixSplit, compress_magnitude, decode_attention, prefill_attention, prefill_compressed_attention, prefix_splits,
-    streaming_attention)
+    stream_key_blocks, streaming_attention, write_tokens)
 from .chunk_blocks import ChunkBlocks, chunk_as_dense, compress_chunk
 from .compressed_kv import CompressedKV, compress_sequence, to_blocks
 from .compressor import compress_24, compress_blocks, decompress_24, decompress_blocks
@@ -58,7 +58,7 @@ __all__ = [
     "BlockPool", "CompressedKV", "compress_sequence", "to_blocks", "ChunkBlocks", "compress_chunk", "chunk_as_dense",
     "gpu", "compress_magnitude", "decode_attention", "prefill_attention", "prefill_compressed_attention",
     "PrefixSplit", "prefix_splits",
-    "streaming_attention", "streaming_keys",
+    "streaming_attention", "streaming_keys", "stream_key_blocks", "write_tokens",
     "window_start", "merge_attention",
     "SizeBreakdown", "baseline_bytes", "model_bytes", "compression_ratio", "prefill_speedup",
     "decode_speedup", "measured_bytes", "measured_sparsity",

@@ -9,7 +9,8 @@ prefix blocks on the CUDA Trans-Both kernel on the sparse tensor cores (``cuda_p
 ``prefill_compressed_attention`` (the paper's prefill: the chunk's own tiles compressed first) runs the CUDA
 Trans-Both kernel on the sparse tensor cores (``cuda_prefill``) where every tile is 2:4, else the TileLang one
 (``tl_prefill``), else the reference.
-``streaming_attention`` (sink + window, the streaming groups) runs ``triton_stream``.
+``streaming_attention`` (sink + window, the streaming groups) runs ``triton_stream``; ``write_tokens`` (new
+tokens into the pools) ``triton_store``.
 ``compress_magnitude`` is the fused pruner + compressor (Triton
 ``triton_compress``; the TileLang ``tl_compress`` on request), with a PyTorch fallback. ``triton``
 and ``tilelang`` are imported lazily, only on CUDA: this module imports on any machine. Kernels are
@@ -29,6 +30,7 @@ import torch
 from . import attention as _ref
 from . import cuda_decode as cd
 from . import cuda_prefill as cp
+from . import store as _store
 from .compressor import compress_blocks
 from .format import BLOCK_SIZE, META_DTYPE, check_blocks, check_operand, sparse_shapes
 from .pool import BlockPool
@@ -767,23 +769,36 @@ def streaming_supported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bo
 
 def streaming_attention(q: torch.Tensor, q_pos: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                         k_pos: torch.Tensor, sink_tokens: int, window_tokens: int,
-                        sm_scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                        sm_scale: float | None = None, key_blocks: tuple[torch.Tensor, torch.Tensor] | None = None
+                        ) -> tuple[torch.Tensor, torch.Tensor]:
     """``hs_kernels.attention.streaming_attention`` on the Triton kernel (``triton_stream``) where
     supported (CUDA float16/bfloat16, k and v in q's dtype, head_dim 64/128/256), else the reference.
     Keys may come in any order; the kernel skips 64-key blocks no query of a tile can see, so it is
-    fastest when positions ascend along the keys (sink, then window, as the serving backend passes them)."""
+    fastest when positions ascend along the keys (sink, then window, as the serving backend passes them).
+    ``key_blocks``: ``stream_key_blocks(k_pos)``, given when many calls share ``k_pos`` (a model's layers)."""
     if not streaming_supported(q, k, v):
         return _ref.streaming_attention(q, q_pos, k, v, k_pos, sink_tokens, window_tokens, sm_scale)
     _ref._check_streaming(q, q_pos, k, v, k_pos, sink_tokens, window_tokens)
-    return triton_streaming(q, q_pos, k, v, k_pos, sink_tokens, window_tokens, _ref._scale(sm_scale, q))
+    return triton_streaming(q, q_pos, k, v, k_pos, sink_tokens, window_tokens, _ref._scale(sm_scale, q),
+                            key_blocks=key_blocks)
+
+
+def stream_key_blocks(k_pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per 64-key block of ``k_pos [B, N]``, the least and greatest position present (int32 ``[B, blocks]`` each;
+    an empty block: int32 max and -1): the streaming kernel skips blocks outside what a tile's queries see."""
+    b, n = k_pos.shape
+    n_blocks = -(-n // BLOCK_SIZE)
+    kp = torch.nn.functional.pad(k_pos.to(torch.int32), (0, n_blocks * BLOCK_SIZE - n), value=-1).view(b, n_blocks, -1)
+    return torch.where(kp >= 0, kp, torch.iinfo(torch.int32).max).amin(-1), kp.amax(-1)
 
 
 def triton_streaming(q, q_pos, k, v, k_pos, sink_tokens: int, window_tokens: int, scale: float,
-                     block_m: int | None = None, num_warps: int = 4, num_stages: int = 2, out=None, lse=None):
+                     block_m: int | None = None, num_warps: int = 4, num_stages: int = 2, out=None, lse=None,
+                     key_blocks=None):
     """Launch the Triton streaming kernel on checked inputs (also under Triton's CPU interpreter).
     ``block_m``: rows (query token x query head of a group) per program, a power of two >= 16;
     default: the rows of the call up to 128. ``out [B, T, H_q, D]`` / ``lse [B, T, H_q]`` float32:
-    optional output buffers (tests pass poisoned ones)."""
+    optional output buffers (tests pass poisoned ones). ``key_blocks``: as ``streaming_attention``'s."""
     from . import triton_stream as ts
     from .triton_blocks import LOG2E
 
@@ -793,15 +808,41 @@ def triton_streaming(q, q_pos, k, v, k_pos, sink_tokens: int, window_tokens: int
     block_m = block_m or stream_rows(t, g)
     out = torch.empty_like(q) if out is None else out
     lse = torch.empty(b, t, h_q, dtype=torch.float32, device=q.device) if lse is None else lse
-    n_blocks = -(-n // BLOCK_SIZE)
-    kp = torch.nn.functional.pad(k_pos.to(torch.int32), (0, n_blocks * BLOCK_SIZE - n), value=-1).view(b, n_blocks, -1)
-    block_lo = torch.where(kp >= 0, kp, torch.iinfo(torch.int32).max).amin(-1).contiguous()
-    block_hi = kp.amax(-1).contiguous()
+    block_lo, block_hi = key_blocks if key_blocks is not None else stream_key_blocks(k_pos)
     ts.stream_kernel[(-(-t * g // block_m), h_kv, b)](
         q.contiguous(), q_pos.to(torch.int32).contiguous(), k.contiguous(), v.contiguous(),
-        k_pos.to(torch.int32).contiguous(), block_lo, block_hi, out, lse, scale * LOG2E, t, n, n_blocks,
-        sink_tokens, window_tokens, H_KV=h_kv, G=g, D=d, BLOCK_M=block_m, num_warps=num_warps, num_stages=num_stages)
+        k_pos.to(torch.int32).contiguous(), block_lo.contiguous(), block_hi.contiguous(), out, lse, scale * LOG2E,
+        t, n, block_lo.shape[1], sink_tokens, window_tokens, H_KV=h_kv, G=g, D=d, BLOCK_M=block_m,
+        num_warps=num_warps, num_stages=num_stages)
     return out, lse
+
+
+def write_tokens(k: torch.Tensor, v: torch.Tensor, locs: torch.Tensor, heads: torch.Tensor, k_slots: torch.Tensor,
+                 v_slots: torch.Tensor, k_dest: torch.Tensor, v_dest: torch.Tensor,
+                 errors: torch.Tensor | None = None) -> None:
+    """``hs_kernels.store.write_tokens`` on the Triton kernel (``triton_store``: one launch for K and V) for CUDA
+    tensors with an ``errors`` flag and contiguous rows, else the reference."""
+    _store.check_write(k, v, locs, heads, k_slots, v_slots, k_dest, v_dest)
+    if not (triton_available() and k.is_cuda and errors is not None
+            and all(x.stride(-1) == 1 for x in (k, v, k_dest, v_dest))):
+        return _store.write_tokens(k, v, locs, heads, k_slots, v_slots, k_dest, v_dest, errors)
+    triton_write(k, v, locs, heads, k_slots, v_slots, k_dest, v_dest, errors)
+
+
+def triton_write(k, v, locs, heads, k_slots, v_slots, k_dest, v_dest, errors) -> None:
+    """Launch the Triton write kernel on checked inputs (also under Triton's CPU interpreter)."""
+    from . import triton_store as tw
+
+    t, n, d = locs.shape[0], heads.shape[0], k.shape[-1]
+    if t == 0 or n == 0:
+        return
+    # a one-column table holds one slot for all heads, a one-wide destination one slot per head: stride 0
+    ks_h, vs_h = (t_.stride(1) if t_.shape[1] > 1 else 0 for t_ in (k_slots, v_slots))
+    kd_e, vd_e = (x.stride(2) if x.shape[2] > 1 else 0 for x in (k_dest, v_dest))
+    tw.write_kernel[(t, n)](locs, heads, k, v, k_slots, v_slots, k_dest, v_dest, errors,
+                            k.stride(0), k.stride(1), v.stride(0), v.stride(1), k_slots.stride(0), ks_h,
+                            v_slots.stride(0), vs_h, k_dest.stride(0), k_dest.stride(1), kd_e,
+                            v_dest.stride(0), v_dest.stride(1), vd_e, D=d, BLOCK_D=_next_pow2(d))
 
 
 def stream_rows(t: int, group: int, cap: int = 128) -> int:

@@ -29,6 +29,7 @@ from hs_kernels import (
     prefill_attention,
     prefix_splits,
     select_sparse_blocks,
+    stream_key_blocks,
     streaming_attention,
     streaming_keys,
     to_blocks,
@@ -42,17 +43,33 @@ from .settings import HSSettings
 
 class ExtendSeq(NamedTuple):
     """One sequence of an extend batch: its rows ``[start, start + length)`` of the batch, at
-    positions ``prefix ..``; the pages of its cached prefix; streaming keys (stream rows and
-    positions) and query positions; ``splits``, filled at its first retrieval layer (``_prefix_reads``): each
-    layer's prefix index maps and ``PrefixSplit`` where the CUDA prefix path may take the sequence."""
+    positions ``prefix ..``; the pages of its cached prefix; streaming keys (stream rows, int32 positions
+    ``[1, N]`` and their ``stream_key_blocks``) and int32 query positions ``[1, length]``; ``splits``, filled at its
+    first retrieval layer (``_prefix_reads``): each layer's prefix index maps and ``PrefixSplit`` where the CUDA
+    prefix path may take the sequence."""
     start: int
     prefix: int
     length: int
     pages: torch.Tensor
     stream_rows: torch.Tensor | None
     kpos: torch.Tensor | None
+    key_blocks: tuple[torch.Tensor, torch.Tensor] | None
     qpos: torch.Tensor
     splits: dict
+
+
+class DecodeStep(NamedTuple):
+    """What every layer of a decode step reads the same way (``_decode_metadata``): each sequence's block pages
+    ``[B, max_blocks]``, int32 sequence lengths ``[B]``; with streaming groups, stream rows ``[B, span]``, int32 key
+    positions ``[B, span]`` and their ``stream_key_blocks`` (lowest, highest ``[B, span / 64]``), int32 query
+    positions ``[B, 1]`` (else None)."""
+    pages: torch.Tensor
+    seq_lens: torch.Tensor
+    stream_rows: torch.Tensor | None = None
+    kpos: torch.Tensor | None = None
+    block_lo: torch.Tensor | None = None
+    block_hi: torch.Tensor | None = None
+    qpos: torch.Tensor | None = None
 
 
 class HSAttnBackend(AttentionBackend):
@@ -115,9 +132,12 @@ class HSAttnBackend(AttentionBackend):
         rows and positions."""
         blocks = -(-self.req_to_token_pool.req_to_token.shape[1] // BLOCK_SIZE)
         span = self._stream_span
-        self._graph = (torch.zeros(max_bs, blocks, dtype=torch.long, device=self.device),
-                       torch.zeros(max_bs, span, dtype=torch.long, device=self.device),
-                       torch.full((max_bs, span), -1, dtype=torch.long, device=self.device))
+
+        def zeros(*shape, dtype=torch.int32):
+            return torch.zeros(max_bs, *shape, dtype=dtype, device=self.device)
+
+        self._graph = DecodeStep(zeros(blocks, dtype=torch.long), zeros(), zeros(span, dtype=torch.long), zeros(span),
+                                 zeros(span // BLOCK_SIZE), zeros(span // BLOCK_SIZE), zeros(1))
 
     def get_cuda_graph_seq_len_fill_value(self):
         return 1
@@ -129,8 +149,8 @@ class HSAttnBackend(AttentionBackend):
         if not in_capture:
             self._decode_bookkeeping(forward_batch)
         real = forward_batch.batch_size - (getattr(forward_batch, "num_padding", 0) or 0)
-        metadata = self._decode_metadata(forward_batch, self._graph[0].shape[1], real)
-        self._decode = tuple(None if m is None else buf[:m.shape[0]].copy_(m) for buf, m in zip(self._graph, metadata))
+        metadata = self._decode_metadata(forward_batch, self._graph.pages.shape[1], real)
+        self._decode = DecodeStep(*(None if m is None else buf[:m.shape[0]].copy_(m) for buf, m in zip(self._graph, metadata)))
 
     # ---- helpers ----
 
@@ -200,11 +220,14 @@ class HSAttnBackend(AttentionBackend):
         ``hs_kernels.streaming_keys`` (sink and window in whole pages; those pages are stored)."""
         n, prefix_blocks = prefix + length, -(-prefix // BLOCK_SIZE)
         pages = locs[:prefix_blocks * BLOCK_SIZE:BLOCK_SIZE] // BLOCK_SIZE
-        rows = kpos = None
+        rows = kpos = blocks = None
         if self.pool.has_stream:
             kpos = streaming_keys(prefix, n, self.settings.sink_tokens, self.settings.window_tokens, locs.device)
             rows = self.pool.stream_rows(locs[kpos])
-        return ExtendSeq(start, prefix, length, pages, rows, kpos, torch.arange(prefix, n, device=locs.device), {})
+            kpos = kpos.to(torch.int32)[None]
+            blocks = stream_key_blocks(kpos)
+        qpos = torch.arange(prefix, n, dtype=torch.int32, device=locs.device)[None]
+        return ExtendSeq(start, prefix, length, pages, rows, kpos, blocks, qpos, {})
 
     def _maps(self, seq: ExtendSeq, store: LayerStore) -> tuple[torch.Tensor, torch.Tensor]:
         """The layer's index maps of the sequence's cached prefix, ``[n_r, prefix blocks]`` each."""
@@ -232,13 +255,12 @@ class HSAttnBackend(AttentionBackend):
         return seq.splits[layer_id]
 
     @record_function("hs.decode_metadata")
-    def _decode_metadata(self, forward_batch, max_blocks: int | None = None, real: int | None = None):
-        """What every layer of a decode step reads the same way: the pages of each sequence's blocks
-        ``[B, max_blocks]`` and, with streaming groups, the streaming keys ``_extend_metadata``
-        would pass for a query at ``n - 1``, for all sequences at once as stream rows and positions
-        ``[B, span]``, padded with empty keys (position -1) after each sequence's own (a key keeps
-        its index: a sequence's result does not depend on the batch). ``max_blocks``: a fixed width
-        (CUDA graphs), else the longest sequence's; rows from ``real`` on are padding."""
+    def _decode_metadata(self, forward_batch, max_blocks: int | None = None, real: int | None = None) -> DecodeStep:
+        """``DecodeStep``: the pages of each sequence's blocks ``[B, max_blocks]`` and, with streaming groups, the
+        streaming keys ``_extend_metadata`` would pass for a query at ``n - 1``, for all sequences at once as stream
+        rows and positions ``[B, span]``, padded with empty keys (position -1) after each sequence's own (a key keeps
+        its index: a sequence's result does not depend on the batch). ``max_blocks``: a fixed width (CUDA graphs),
+        else the longest sequence's; rows from ``real`` on are padding."""
         seq_lens = forward_batch.seq_lens
         rows = forward_batch.req_pool_indices.long()
         req_to_token = self.req_to_token_pool.req_to_token
@@ -248,7 +270,7 @@ class HSAttnBackend(AttentionBackend):
         pages = req_to_token[rows, :max_blocks * BLOCK_SIZE:BLOCK_SIZE].long() // BLOCK_SIZE
         pages = torch.where(live, pages.clamp_(0, self.pool.num_pages - 1), 0)  # rows past a sequence's end are not read
         if not self.pool.has_stream:
-            return pages, None, None
+            return DecodeStep(pages, seq_lens.to(torch.int32))
         sink = self.sink_end
         start = window_start(seq_lens - 1, self.settings.window_tokens).clamp(min=sink)[:, None]
         j = torch.arange(self._stream_span, device=seq_lens.device)
@@ -256,7 +278,9 @@ class HSAttnBackend(AttentionBackend):
         valid = (pos < seq_lens[:, None]) & live
         locs = req_to_token[rows[:, None], torch.where(valid, pos, 0)].long()
         locs = torch.where(valid, locs, 0)  # page 0 (padding writes) always has a stream slot
-        return pages, self.pool.stream_rows(locs), torch.where(valid, pos, -1)
+        kpos = torch.where(valid, pos, -1).to(torch.int32)
+        return DecodeStep(pages, seq_lens.to(torch.int32), self.pool.stream_rows(locs), kpos, *stream_key_blocks(kpos),
+                          (seq_lens - 1).to(torch.int32)[:, None])
 
     # ---- forward ----
 
@@ -289,8 +313,8 @@ class HSAttnBackend(AttentionBackend):
             if store.n_s:
                 ks, vs = store.stream_k[seq.stream_rows][None], store.stream_v[seq.stream_rows][None]
                 with record_function("hs.streaming_attention"):
-                    out, _ = streaming_attention(qi[None, :, heads_s], seq.qpos[None], ks.to(q.dtype), vs.to(q.dtype),
-                                                 seq.kpos[None], s.sink_tokens, s.window_tokens, layer.scaling)
+                    out, _ = streaming_attention(qi[None, :, heads_s], seq.qpos, ks.to(q.dtype), vs.to(q.dtype), seq.kpos,
+                                                 s.sink_tokens, s.window_tokens, layer.scaling, key_blocks=seq.key_blocks)
                 o[rows, heads_s] = out[0]
         return o.view(-1, layer.tp_q_head_num * d)
 
@@ -298,20 +322,20 @@ class HSAttnBackend(AttentionBackend):
     def forward_decode(self, q, k, v, layer, forward_batch, save_kv_cache=True, **kwargs):
         store, q_, o, heads_r, heads_s = self._begin(q, k, v, layer, forward_batch, save_kv_cache)
         d = layer.qk_head_dim
-        seq_lens = forward_batch.seq_lens
-        pages, stream_rows, kpos = self._decode
+        step: DecodeStep = self._decode
         if store.n_r:
-            k_idx = store.index["k"][pages].permute(0, 2, 1).contiguous()
-            v_idx = store.index["v"][pages].permute(0, 2, 1).contiguous()
+            k_idx = store.index["k"][step.pages].permute(0, 2, 1).contiguous()
+            v_idx = store.index["v"][step.pages].permute(0, 2, 1).contiguous()
             with record_function("hs.retrieval_attention"):
-                out, _ = decode_attention(q_[:, heads_r], store.pools["k"], store.pools["v"], k_idx, v_idx, seq_lens,
+                out, _ = decode_attention(q_[:, heads_r], store.pools["k"], store.pools["v"], k_idx, v_idx, step.seq_lens,
                                           layer.scaling, kernel=self.settings.decode_kernel)
             o[:, heads_r] = out
         if store.n_s:
             with record_function("hs.streaming_attention"):
-                out, _ = streaming_attention(q_[:, None, heads_s], (seq_lens - 1)[:, None],
-                                             store.stream_k[stream_rows].to(q.dtype), store.stream_v[stream_rows].to(q.dtype),
-                                             kpos, self.settings.sink_tokens, self.settings.window_tokens, layer.scaling)
+                out, _ = streaming_attention(q_[:, None, heads_s], step.qpos, store.stream_k[step.stream_rows].to(q.dtype),
+                                             store.stream_v[step.stream_rows].to(q.dtype), step.kpos, self.settings.sink_tokens,
+                                             self.settings.window_tokens, layer.scaling,
+                                             key_blocks=(step.block_lo, step.block_hi))
             o[:, heads_s] = out[:, 0]
         return o.view(-1, layer.tp_q_head_num * d)
 

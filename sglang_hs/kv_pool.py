@@ -19,7 +19,7 @@ import math
 import torch
 from torch.profiler import record_function
 from hs_kernels import (BLOCK_SIZE, NO_BLOCK, BlockPool, compress_magnitude, is_sparse, loss_free_selection,
-                        new_index_map, select_sparse_blocks, slot_of)
+                        new_index_map, select_sparse_blocks, slot_of, write_tokens)
 from sglang.srt.mem_cache.memory_pool import KVCache
 
 from .settings import HSSettings
@@ -75,7 +75,6 @@ class LayerStore:
     def __init__(self, settings: HSSettings, layer_id: int, num_pages: int, stream_slots: int, head_dim: int, dtype, device):
         self.groups = settings.groups(layer_id)
         self.retrieval = head_index(self.groups.retrieval, 1, device)
-        self.streaming = head_index(self.groups.streaming, 1, device)
         self.n_r, self.n_s = len(self.groups.retrieval), len(self.groups.streaming)
         self.pools, self.index, self.dense_free, self.sparse_free = {}, {}, {}, {}
         reserve_pages = settings.reserve_pages(num_pages)
@@ -88,6 +87,12 @@ class LayerStore:
             self.sparse_free[op] = SlotStack(n_sparse, device)
         self.stream_k = torch.zeros(stream_slots * BLOCK_SIZE, self.n_s, head_dim, dtype=dtype, device=device)
         self.stream_v = torch.zeros_like(self.stream_k)
+        # write_tokens' views: a dense block per head and page; a stream slot per page for all streaming heads
+        self.heads = {kind: torch.tensor(groups, dtype=torch.int32, device=device)
+                      for kind, groups in (("retrieval", self.groups.retrieval), ("streaming", self.groups.streaming))}
+        self.dests = {"retrieval": (self.pools["k"].dense[:, :, None], self.pools["v"].dense[:, :, None]),
+                      "streaming": tuple(x.view(stream_slots, BLOCK_SIZE, self.n_s, head_dim)
+                                         for x in (self.stream_k, self.stream_v))}
 
     def reset(self):
         for op in OPERANDS:
@@ -118,18 +123,16 @@ class LayerStore:
             self.sparse_free[op].push(slot_of(entries[sparse]))
             self.index[op][pages] = NO_BLOCK
 
-    def write(self, locs: torch.Tensor, k: torch.Tensor, v: torch.Tensor, stream_rows: torch.Tensor | None):
-        """k, v ``[T, H_kv, D]`` of the tokens at ``locs``; retrieval rows go to their (dense) blocks,
-        streaming rows to ``stream_rows`` (HSKVPool.stream_rows)."""
+    def write(self, locs: torch.Tensor, k: torch.Tensor, v: torch.Tensor, stream_index: torch.Tensor,
+              errors: torch.Tensor):
+        """k, v ``[T, H_kv, D]`` of the tokens at ``locs``: retrieval heads into their pages' dense blocks, streaming
+        heads into their pages' stream slots (``stream_index``). A page without either sets ``errors``."""
         if self.n_r:
-            pages, rows = locs // BLOCK_SIZE, (locs % BLOCK_SIZE)[:, None]
-            for op, x in (("k", k), ("v", v)):
-                slots = self.index[op][pages].long()  # [T, n_r]
-                check(slots >= 0, "write into a page without dense blocks (compressed or unallocated)")
-                self.pools[op].dense[slots, rows] = x[:, self.retrieval].to(self.pools[op].dtype)
+            write_tokens(k, v, locs, self.heads["retrieval"], self.index["k"], self.index["v"],
+                         *self.dests["retrieval"], errors)
         if self.n_s:
-            self.stream_k[stream_rows] = k[:, self.streaming].to(self.stream_k.dtype)
-            self.stream_v[stream_rows] = v[:, self.streaming].to(self.stream_v.dtype)
+            write_tokens(k, v, locs, self.heads["streaming"], stream_index[:, None], stream_index[:, None],
+                         *self.dests["streaming"], errors)
 
     def nbytes(self) -> int:
         tensors = [self.stream_k, self.stream_v, *self.index.values()]
@@ -153,6 +156,7 @@ class HSKVPool(KVCache):
         self.stream_free = SlotStack(stream_slots, device)
         self.live = torch.zeros(self.num_pages, dtype=torch.int32, device=device)  # running windows per page
         self.pinned = torch.zeros(self.num_pages, dtype=torch.bool, device=device)  # windows before branch points
+        self.write_errors = torch.zeros(1, dtype=torch.int32, device=device)  # set by writes to pages without slots
         self.live_by_row: dict[int, torch.Tensor] = {}
         self.layers = [LayerStore(settings, self.start_layer + i, self.num_pages, stream_slots, head_dim, dtype, device)
                        for i in range(layer_num)]
@@ -335,8 +339,9 @@ class HSKVPool(KVCache):
 
     @record_function("hs.write")
     def write(self, layer_id: int, locs: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
-        store = self.layer(layer_id)
-        store.write(locs, k, v, self.stream_rows(locs) if store.n_s else None)
+        self.layer(layer_id).write(locs, k, v, self.stream_index, self.write_errors)
+        if layer_id == self.start_layer + len(self.layers) - 1:  # once per forward: one check, not one per layer
+            check(self.write_errors == 0, "write into a page without dense blocks or a stream slot (bookkeeping bug)")
 
     def get_key_buffer(self, layer_id: int):
         return self.layer(layer_id).stream_k

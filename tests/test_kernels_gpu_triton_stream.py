@@ -48,6 +48,9 @@ def test_triton_streaming_matches_reference(case):
     gpu.triton_streaming(q, q_pos, k, v, k_pos, sink, window, d ** -0.5, **opts, out=out, lse=lse)
     o_ref, l_ref = ref.streaming_attention(q, q_pos, k, v, k_pos, sink, window, d ** -0.5)
     assert not out.isnan().any() and not lse.isnan().any(), "not fully written"
+    out2, lse2 = gpu.triton_streaming(q, q_pos, k, v, k_pos, sink, window, d ** -0.5, **opts,
+                                      key_blocks=gpu.stream_key_blocks(k_pos.to(torch.int32)))
+    assert torch.equal(out, out2) and torch.equal(lse, lse2)  # the key blocks precomputed (a decode step's layers)
     seen = torch.isfinite(l_ref)
     assert torch.equal(torch.isfinite(lse), seen)
     assert (out[~seen] == 0).all()

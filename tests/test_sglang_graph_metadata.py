@@ -46,20 +46,23 @@ def test_graph_metadata_equals_eager_in_static_buffers(backend):
     backend.init_cuda_graph_state(max_bs=8, max_num_tokens=8)
     eager = decode_batch([1, 2], [700, 300])
     backend.init_forward_metadata(eager)
-    pages_e, rows_e, kpos_e = backend._decode
+    e = backend._decode
 
     backend.init_forward_metadata_out_graph(decode_batch([1, 2], [700, 300], padding=2))
-    pages_g, rows_g, kpos_g = backend._decode
-    assert pages_g.shape == (4, WIDTH // 64)
-    assert torch.equal(pages_g[:2, :pages_e.shape[1]], pages_e)
-    assert torch.equal(rows_g[:2], rows_e) and torch.equal(kpos_g[:2], kpos_e)
-    assert (pages_g[2:] == 0).all() and (kpos_g[2:] == -1).all()
-    assert torch.equal(rows_g[2:], backend.pool.stream_rows(torch.zeros_like(rows_g[2:])))  # page 0's stream slot
+    g = backend._decode
+    assert g.pages.shape == (4, WIDTH // 64)
+    assert torch.equal(g.pages[:2, :e.pages.shape[1]], e.pages)
+    for name in ("seq_lens", "stream_rows", "kpos", "block_lo", "block_hi", "qpos"):
+        assert torch.equal(getattr(g, name)[:2], getattr(e, name)), name
+    assert e.seq_lens.tolist() == [700, 300] and e.qpos.flatten().tolist() == [699, 299]
+    assert (g.pages[2:] == 0).all() and (g.kpos[2:] == -1).all()
+    assert (g.block_hi[2:] == -1).all() and (g.block_lo[2:] == torch.iinfo(torch.int32).max).all()  # nothing to read
+    assert torch.equal(g.stream_rows[2:], backend.pool.stream_rows(torch.zeros_like(g.stream_rows[2:])))  # page 0's slot
 
     first = [t.data_ptr() for t in backend._decode]
     backend.init_forward_metadata_out_graph(decode_batch([2, 1], [301, 701], padding=2))
     assert [t.data_ptr() for t in backend._decode] == first  # the storage the graph was captured on
-    assert torch.equal(backend._decode[2][0], backend._decode_metadata(decode_batch([2], [301]))[2][0])
+    assert torch.equal(backend._decode.kpos[0], backend._decode_metadata(decode_batch([2], [301])).kpos[0])
 
 
 def test_capture_skips_bookkeeping_replay_runs_it(backend):
