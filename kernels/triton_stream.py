@@ -6,8 +6,9 @@ position -1 are empty. Program ``(row tile, KV head, sequence)``; a row is one (
 query head of the group) pair, so the group's query heads share every K/V tile and a decode step
 (one token, G heads) still fills a tensor-core tile. Keys are read in blocks of 64 indices; a
 block whose position range ``[block_lo, block_hi]`` (precomputed) no row of the tile can see is
-skipped, so each tile reads only its sink and window, whatever else ``k`` holds. Online softmax
-in base 2; a row that sees no key gets ``out = 0``, ``lse = -inf``.
+skipped, so each tile reads only its sink and window, whatever else ``k`` holds. With ``ROWS``, k and v
+are storage ``[R, H_KV, D]`` and key n of sequence b lies at row ``rows[b, n]`` (the serving pool's stream
+slots, read in place). Online softmax in base 2; a row that sees no key gets ``out = 0``, ``lse = -inf``.
 """
 
 import triton
@@ -17,9 +18,9 @@ from .triton_blocks import _LN2, BS
 
 
 @triton.jit
-def stream_kernel(q_ptr, qpos_ptr, k_ptr, v_ptr, kpos_ptr, block_lo, block_hi, out_ptr, lse_ptr,
+def stream_kernel(q_ptr, qpos_ptr, k_ptr, v_ptr, kpos_ptr, rows_ptr, block_lo, block_hi, out_ptr, lse_ptr,
                   scale_log2, t_len, n_keys, n_blocks, sink, window,
-                  H_KV: tl.constexpr, G: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr):
+                  H_KV: tl.constexpr, G: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, ROWS: tl.constexpr):
     mt = tl.program_id(0)
     hk = tl.program_id(1)
     b = tl.program_id(2).to(tl.int64)
@@ -45,7 +46,10 @@ def stream_kernel(q_ptr, qpos_ptr, k_ptr, v_ptr, kpos_ptr, block_lo, block_hi, o
             idx = j * BS + tok
             kp = tl.load(kpos_ptr + b * n_keys + idx, mask=idx < n_keys, other=-1)
             present = kp >= 0
-            kv_row = ((b * n_keys + idx) * H_KV + hk) * D
+            if ROWS:
+                kv_row = (tl.load(rows_ptr + b * n_keys + idx, mask=present, other=0).to(tl.int64) * H_KV + hk) * D
+            else:
+                kv_row = ((b * n_keys + idx) * H_KV + hk) * D
             k = tl.load(k_ptr + kv_row[:, None] + cols[None, :], mask=present[:, None], other=0.0)
             v = tl.load(v_ptr + kv_row[:, None] + cols[None, :], mask=present[:, None], other=0.0)
             seen = present[None, :] & (kp[None, :] <= qp[:, None]) & (
