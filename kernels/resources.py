@@ -120,6 +120,12 @@ def variants() -> list[Variant]:
                 out.append(Variant(f"stream d{d} rows {block_m}{' in place' if in_place else ''}", "triton_stream",
                                    "stream_kernel", _stream_types(), dict(H_KV=8, G=4, D=d, BLOCK_M=block_m, ROWS=in_place),
                                    stream_warps, stream_stages))
+        out.append(Variant(f"write d{d}", "triton_store", "write_kernel",
+                           {"locs": "*i64", "heads": "*i32", "k": "*bf16", "v": "*bf16", "k_slots": "*i32", "v_slots": "*i32",
+                            "k_dest": "*bf16", "v_dest": "*bf16", "errors": "*i32",
+                            **dict.fromkeys(("k_st", "k_sh", "v_st", "v_sh", "ks_p", "ks_h", "vs_p", "vs_h", "kd_s", "kd_r",
+                                             "kd_e", "vd_s", "vd_r", "vd_e"), "i64")},
+                           dict(D=d, BLOCK_D=d), 4))  # Triton's default launch
         for operand in ("k", "v"):
             out.append(Variant(f"compress {operand} d{d}", "triton_compress", "compress_kernel",
                                {"blocks": "*bf16", "slots": "*i32", "values": "*bf16", "meta": "*i16", "loss": "*fp32"},
