@@ -82,7 +82,7 @@ def _prefill_types() -> dict:
 def _stream_types() -> dict:
     return {"q_ptr": "*bf16", "qpos_ptr": "*i32", "k_ptr": "*bf16", "v_ptr": "*bf16", "kpos_ptr": "*i32", "rows_ptr": "*i64",
             "block_lo": "*i32", "block_hi": "*i32", "out_ptr": "*bf16", "lse_ptr": "*fp32", "scale_log2": "fp32",
-            **dict.fromkeys(("t_len", "n_keys", "n_blocks", "sink", "window"), "i32")}
+            **dict.fromkeys(("t_len", "n_keys", "n_blocks", "per_split", "sink", "window"), "i32")}
 
 
 def _defaults(launcher, *names) -> list:
@@ -118,8 +118,10 @@ def variants() -> list[Variant]:
         for block_m in (64, 128):  # a short call's rows, and a chunk's (the launcher's cap); serving reads in place
             for in_place in (False, True):
                 out.append(Variant(f"stream d{d} rows {block_m}{' in place' if in_place else ''}", "triton_stream",
-                                   "stream_kernel", _stream_types(), dict(H_KV=8, G=4, D=d, BLOCK_M=block_m, ROWS=in_place),
-                                   stream_warps, stream_stages))
+                                   "stream_kernel", _stream_types(),
+                                   dict(H_KV=8, G=4, D=d, BLOCK_M=block_m, ROWS=in_place, SPLITS=1), stream_warps, stream_stages))
+        out.append(Variant(f"stream d{d} decode split", "triton_stream", "stream_kernel", _stream_types(),  # serving's decode
+                           dict(H_KV=4, G=4, D=d, BLOCK_M=16, ROWS=True, SPLITS=7), stream_warps, stream_stages))
         out.append(Variant(f"write d{d}", "triton_store", "write_kernel",
                            {"locs": "*i64", "heads": "*i32", "k": "*bf16", "v": "*bf16", "k_slots": "*i32", "v_slots": "*i32",
                             "k_dest": "*bf16", "v_dest": "*bf16", "errors": "*i32",

@@ -57,6 +57,10 @@ def test_triton_streaming_matches_reference(case):
                   for x in (k, v))
     out3, lse3 = gpu.triton_streaming(q, q_pos, k_st, v_st, k_pos, sink, window, d ** -0.5, **opts, k_rows=rows)
     assert torch.equal(out, out3) and torch.equal(lse, lse3)  # read in place (the serving pool's stream slots)
+    for splits in (1, 3):  # the key blocks split among programs, partials merged (decode's default where SMs idle)
+        o_s, l_s = gpu.triton_streaming(q, q_pos, k, v, k_pos, sink, window, d ** -0.5, **opts, splits=splits)
+        assert torch.equal(torch.isfinite(l_s), torch.isfinite(lse)) and (o_s[~torch.isfinite(lse)] == 0).all()
+        assert rel_err(o_s, o_ref) < 1e-2
     seen = torch.isfinite(l_ref)
     assert torch.equal(torch.isfinite(lse), seen)
     assert (out[~seen] == 0).all()

@@ -43,7 +43,11 @@ for case in json.loads(sys.argv[2]):
     k_st, v_st = (torch.zeros(b * k.shape[1] + 37, h_kv, d, dtype=x.dtype).index_copy_(0, perm.flatten(), x.flatten(0, 1))
                   for x in (k, v))
     out3, lse3 = gpu.triton_streaming(q, q_pos, k_st, v_st, k_pos, sink, window, 0.1, block_m, k_rows=perm)
-    results.append({"same_with_blocks": bool(torch.equal(out, out2) and torch.equal(lse, lse2)),
+    out4, lse4 = gpu.triton_streaming(q, q_pos, k, v, k_pos, sink, window, 0.1, block_m, splits=3)  # merged partials
+    results.append({"split_err": max(rel_err(out4, out) if seen.any() else 0.0,
+                                     (lse4[seen] - lse[seen]).abs().max().item() if seen.any() else 0.0),
+                    "split_unseen_ok": bool((lse4[~seen] == float("-inf")).all() and (out4[~seen] == 0).all()),
+                    "same_with_blocks": bool(torch.equal(out, out2) and torch.equal(lse, lse2)),
                     "same_with_rows": bool(torch.equal(out, out3) and torch.equal(lse, lse3)),"rel_err": rel_err(out, r_out) if seen.any() else 0.0,
                     "lse_err": (lse[seen] - r_lse[seen]).abs().max().item() if seen.any() else 0.0,
                     "unseen_ok": bool((lse[~seen] == float("-inf")).all() and (out[~seen] == 0).all()),
@@ -58,6 +62,7 @@ def test_triton_streaming_interpreted_matches_reference():
     for case, r in zip(CASES, results):
         assert not r["nan"], (case, r)  # every element written, no NaN
         assert r["same_with_blocks"] and r["same_with_rows"], (case, r)
+        assert r["split_err"] < 1e-3 and r["split_unseen_ok"], (case, r)
         assert r["unseen_ok"], (case, r)
         assert r["rel_err"] < 2e-3, (case, r)
         assert r["lse_err"] < 1e-3, (case, r)
@@ -82,3 +87,12 @@ def test_rows_fall_back_to_gathered_keys_off_the_gpu():
     assert torch.equal(out, r_out) and torch.equal(lse, r_lse)
     with pytest.raises(ValueError, match="k_rows"):
         gpu.streaming_attention(q, q_pos, k, v, k_pos, 64, 128, k_rows=rows)  # per-key k with rows
+
+
+def test_stream_splits_fill_idle_sms_only():
+    from hs_kernels.gpu import stream_splits
+
+    assert stream_splits(4, 7, 132) == 7  # a decode step of one sequence, 4 KV heads: a program per block
+    assert stream_splits(64, 7, 132) == 2  # 16 sequences: twice the programs fill the SMs once
+    assert stream_splits(132, 7, 132) == 1 and stream_splits(512, 7, 132) == 1  # a chunk's tiles fill them already
+    assert stream_splits(1, 1, 132) == 1
