@@ -769,13 +769,26 @@ def streaming_supported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bo
 
 def streaming_attention(q: torch.Tensor, q_pos: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                         k_pos: torch.Tensor, sink_tokens: int, window_tokens: int,
-                        sm_scale: float | None = None, key_blocks: tuple[torch.Tensor, torch.Tensor] | None = None
-                        ) -> tuple[torch.Tensor, torch.Tensor]:
+                        sm_scale: float | None = None, key_blocks: tuple[torch.Tensor, torch.Tensor] | None = None,
+                        k_rows: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """``hs_kernels.attention.streaming_attention`` on the Triton kernel (``triton_stream``) where
     supported (CUDA float16/bfloat16, k and v in q's dtype, head_dim 64/128/256), else the reference.
     Keys may come in any order; the kernel skips 64-key blocks no query of a tile can see, so it is
     fastest when positions ascend along the keys (sink, then window, as the serving backend passes them).
-    ``key_blocks``: ``stream_key_blocks(k_pos)``, given when many calls share ``k_pos`` (a model's layers)."""
+    ``key_blocks``: ``stream_key_blocks(k_pos)``, given when many calls share ``k_pos`` (a model's layers).
+    ``k_rows [B, N]`` (integer): k and v are storage ``[R, H_kv, D]`` holding key n of sequence b at row
+    ``k_rows[b, n]`` (the kernel reads them in place; the reference gets them gathered, in q's dtype)."""
+    if k_rows is not None:
+        if k.dim() != 3 or v.shape != k.shape or k.shape[0] == 0 or k_rows.dim() != 2 or k_rows.dtype.is_floating_point:
+            raise ValueError(f"with k_rows [B, N] (integer), k and v must be [rows, H_kv, head_dim] storage; got "
+                             f"{list(k.shape)}, {list(v.shape)}, {k_rows.dtype} {list(k_rows.shape)}")
+        shape = (*k_rows.shape, *k.shape[1:])
+        k_seen, v_seen = (x.as_strided(shape, (0, 0, *x.stride()[1:])) for x in (k, v))  # per-key shapes, no copy
+        if streaming_supported(q, k_seen, v_seen):
+            _ref._check_streaming(q, q_pos, k_seen, v_seen, k_pos, sink_tokens, window_tokens)
+            return triton_streaming(q, q_pos, k, v, k_pos, sink_tokens, window_tokens, _ref._scale(sm_scale, q),
+                                    key_blocks=key_blocks, k_rows=k_rows)
+        k, v = k[k_rows.long()].to(q.dtype), v[k_rows.long()].to(q.dtype)
     if not streaming_supported(q, k, v):
         return _ref.streaming_attention(q, q_pos, k, v, k_pos, sink_tokens, window_tokens, sm_scale)
     _ref._check_streaming(q, q_pos, k, v, k_pos, sink_tokens, window_tokens)
@@ -794,27 +807,48 @@ def stream_key_blocks(k_pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 def triton_streaming(q, q_pos, k, v, k_pos, sink_tokens: int, window_tokens: int, scale: float,
                      block_m: int | None = None, num_warps: int = 4, num_stages: int = 2, out=None, lse=None,
-                     key_blocks=None):
+                     key_blocks=None, k_rows=None, splits: int | None = None):
     """Launch the Triton streaming kernel on checked inputs (also under Triton's CPU interpreter).
     ``block_m``: rows (query token x query head of a group) per program, a power of two >= 16;
     default: the rows of the call up to 128. ``out [B, T, H_q, D]`` / ``lse [B, T, H_q]`` float32:
-    optional output buffers (tests pass poisoned ones). ``key_blocks``: as ``streaming_attention``'s."""
+    optional output buffers (tests pass poisoned ones). ``key_blocks``, ``k_rows``: as ``streaming_attention``'s.
+    ``splits``: the key blocks split among that many programs per tile, their partials merged (``_merge_splits``);
+    default ``stream_splits`` on CUDA, 1 elsewhere."""
     from . import triton_stream as ts
     from .triton_blocks import LOG2E
 
     b, t, h_q, d = q.shape
-    n, h_kv = k.shape[1], k.shape[2]
+    n, h_kv = k_pos.shape[1], k.shape[-2]
     g = h_q // h_kv
     block_m = block_m or stream_rows(t, g)
-    out = torch.empty_like(q) if out is None else out
+    tiles = -(-t * g // block_m)
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device) if out is None else out
     lse = torch.empty(b, t, h_q, dtype=torch.float32, device=q.device) if lse is None else lse
     block_lo, block_hi = key_blocks if key_blocks is not None else stream_key_blocks(k_pos)
-    ts.stream_kernel[(-(-t * g // block_m), h_kv, b)](
-        q.contiguous(), q_pos.to(torch.int32).contiguous(), k.contiguous(), v.contiguous(),
-        k_pos.to(torch.int32).contiguous(), block_lo.contiguous(), block_hi.contiguous(), out, lse, scale * LOG2E,
-        t, n, block_lo.shape[1], sink_tokens, window_tokens, H_KV=h_kv, G=g, D=d, BLOCK_M=block_m,
-        num_warps=num_warps, num_stages=num_stages)
+    n_blocks = block_lo.shape[1]
+    if splits is None:
+        splits = stream_splits(tiles * h_kv * b, n_blocks, _sm_count(q.device)) if q.is_cuda else 1
+    per_split = -(-n_blocks // max(1, splits))
+    splits = max(1, -(-n_blocks // max(1, per_split)))  # no split without blocks
+    o_dst, l_dst = (out, lse) if splits == 1 else (
+        torch.empty(b, t, h_q, splits, d, dtype=torch.float32, device=q.device),
+        torch.empty(b, t, h_q, splits, dtype=torch.float32, device=q.device))
+    ts.stream_kernel[(tiles, h_kv, b * splits)](
+        q.contiguous(), q_pos.to(torch.int32).contiguous(), k.contiguous(), v.contiguous(), k_pos.to(torch.int32).contiguous(),
+        k_pos if k_rows is None else k_rows.contiguous(), block_lo.contiguous(), block_hi.contiguous(), o_dst, l_dst,
+        scale * LOG2E, t, n, n_blocks, per_split, sink_tokens, window_tokens, H_KV=h_kv, G=g, D=d, BLOCK_M=block_m,
+        ROWS=k_rows is not None, SPLITS=splits, num_warps=num_warps, num_stages=num_stages)
+    if splits > 1:
+        _merge_splits(o_dst.view(b * t, h_q, splits, d), l_dst.view(b * t, h_q, splits), out.view(b * t, h_q, d),
+                      lse.view(b * t, h_q), dependent=q.is_cuda and _sm_major(q.device) >= 9)
     return out, lse
+
+
+def stream_splits(programs: int, blocks: int, sms: int) -> int:
+    """Splits of the key blocks for a streaming call of ``programs`` (row tiles x KV heads x sequences): where the
+    programs leave SMs idle (a decode step: one tile per KV head and sequence walks its sink and window alone), as
+    many as fill them once, at most one a block; else 1."""
+    return 1 if programs >= sms else max(1, min(blocks, sms // programs))
 
 
 def write_tokens(k: torch.Tensor, v: torch.Tensor, locs: torch.Tensor, heads: torch.Tensor, k_slots: torch.Tensor,

@@ -6,8 +6,12 @@ position -1 are empty. Program ``(row tile, KV head, sequence)``; a row is one (
 query head of the group) pair, so the group's query heads share every K/V tile and a decode step
 (one token, G heads) still fills a tensor-core tile. Keys are read in blocks of 64 indices; a
 block whose position range ``[block_lo, block_hi]`` (precomputed) no row of the tile can see is
-skipped, so each tile reads only its sink and window, whatever else ``k`` holds. Online softmax
-in base 2; a row that sees no key gets ``out = 0``, ``lse = -inf``.
+skipped, so each tile reads only its sink and window, whatever else ``k`` holds. With ``ROWS``, k and v
+are storage ``[R, H_KV, D]`` and key n of sequence b lies at row ``rows[b, n]`` (the serving pool's stream
+slots, read in place). With ``SPLITS`` > 1 (a decode step's few tiles), program ``(row tile, KV head,
+sequence x SPLITS + s)`` reads only key blocks ``[s per_split, (s + 1) per_split)`` and writes its partial result
+at split s of ``out [B, T, H_q, SPLITS, D]`` / ``lse [B, T, H_q, SPLITS]`` (float32) for a log-sum-exp merge.
+Online softmax in base 2; a row that sees no key gets ``out = 0``, ``lse = -inf``.
 """
 
 import triton
@@ -17,12 +21,13 @@ from .triton_blocks import _LN2, BS
 
 
 @triton.jit
-def stream_kernel(q_ptr, qpos_ptr, k_ptr, v_ptr, kpos_ptr, block_lo, block_hi, out_ptr, lse_ptr,
-                  scale_log2, t_len, n_keys, n_blocks, sink, window,
-                  H_KV: tl.constexpr, G: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr):
+def stream_kernel(q_ptr, qpos_ptr, k_ptr, v_ptr, kpos_ptr, rows_ptr, block_lo, block_hi, out_ptr, lse_ptr,
+                  scale_log2, t_len, n_keys, n_blocks, per_split, sink, window, H_KV: tl.constexpr, G: tl.constexpr,
+                  D: tl.constexpr, BLOCK_M: tl.constexpr, ROWS: tl.constexpr, SPLITS: tl.constexpr):
     mt = tl.program_id(0)
     hk = tl.program_id(1)
-    b = tl.program_id(2).to(tl.int64)
+    b = (tl.program_id(2) // SPLITS).to(tl.int64)
+    split = tl.program_id(2) % SPLITS
     h_q = H_KV * G
     r = mt * BLOCK_M + tl.arange(0, BLOCK_M)
     t = r // G
@@ -38,14 +43,20 @@ def stream_kernel(q_ptr, qpos_ptr, k_ptr, v_ptr, kpos_ptr, block_lo, block_hi, o
     m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
     l_i = tl.zeros((BLOCK_M,), tl.float32)
     acc = tl.zeros((BLOCK_M, D), tl.float32)
-    for j in range(0, n_blocks):
+    j_lo, j_hi = 0, n_blocks
+    if SPLITS > 1:  # a compile-time branch: the unsplit kernel keeps its plain loop (and register allocation)
+        j_lo, j_hi = split * per_split, tl.minimum(split * per_split + per_split, n_blocks)
+    for j in range(j_lo, j_hi):
         lo = tl.load(block_lo + b * n_blocks + j)
         hi = tl.load(block_hi + b * n_blocks + j)
         if (lo <= q_hi) & ((lo < sink) | (hi > q_lo - window)):
             idx = j * BS + tok
             kp = tl.load(kpos_ptr + b * n_keys + idx, mask=idx < n_keys, other=-1)
             present = kp >= 0
-            kv_row = ((b * n_keys + idx) * H_KV + hk) * D
+            if ROWS:
+                kv_row = (tl.load(rows_ptr + b * n_keys + idx, mask=present, other=0).to(tl.int64) * H_KV + hk) * D
+            else:
+                kv_row = ((b * n_keys + idx) * H_KV + hk) * D
             k = tl.load(k_ptr + kv_row[:, None] + cols[None, :], mask=present[:, None], other=0.0)
             v = tl.load(v_ptr + kv_row[:, None] + cols[None, :], mask=present[:, None], other=0.0)
             seen = present[None, :] & (kp[None, :] <= qp[:, None]) & (
@@ -62,5 +73,7 @@ def stream_kernel(q_ptr, qpos_ptr, k_ptr, v_ptr, kpos_ptr, block_lo, block_hi, o
     some = l_i > 0
     out = acc / tl.where(some, l_i, 1.0)[:, None]
     lse = tl.where(some, (m_i + tl.log2(tl.where(some, l_i, 1.0))) * _LN2, float("-inf"))
-    tl.store(out_ptr + q_row[:, None] + cols[None, :], out.to(out_ptr.dtype.element_ty), mask=live[:, None])
-    tl.store(lse_ptr + (b * t_len + t) * h_q + hk * G + r % G, lse, mask=live)
+    row = (b * t_len + t) * h_q + hk * G + r % G
+    tl.store(out_ptr + (row * SPLITS + split)[:, None] * D + cols[None, :], out.to(out_ptr.dtype.element_ty),
+             mask=live[:, None])
+    tl.store(lse_ptr + row * SPLITS + split, lse, mask=live)

@@ -311,6 +311,8 @@ class HSAttnBackend(AttentionBackend):
                                                k_idx, v_idx, p, layer.scaling, split=split)
                 o[rows, heads_r] = out
             if store.n_s:
+                # gathered: in place (k_rows) unsplit was slower than gathered at decode shapes on the H200
+                # (kernels/results/2026-12-03-s23-stream-decode-h200.log); chunks not measured
                 ks, vs = store.stream_k[seq.stream_rows][None], store.stream_v[seq.stream_rows][None]
                 with record_function("hs.streaming_attention"):
                     out, _ = streaming_attention(qi[None, :, heads_s], seq.qpos, ks.to(q.dtype), vs.to(q.dtype), seq.kpos,
@@ -332,10 +334,9 @@ class HSAttnBackend(AttentionBackend):
             o[:, heads_r] = out
         if store.n_s:
             with record_function("hs.streaming_attention"):
-                out, _ = streaming_attention(q_[:, None, heads_s], step.qpos, store.stream_k[step.stream_rows].to(q.dtype),
-                                             store.stream_v[step.stream_rows].to(q.dtype), step.kpos, self.settings.sink_tokens,
-                                             self.settings.window_tokens, layer.scaling,
-                                             key_blocks=(step.block_lo, step.block_hi))
+                out, _ = streaming_attention(q_[:, None, heads_s], step.qpos, store.stream_k, store.stream_v, step.kpos,
+                                             self.settings.sink_tokens, self.settings.window_tokens, layer.scaling,
+                                             key_blocks=(step.block_lo, step.block_hi), k_rows=step.stream_rows)
             o[:, heads_s] = out[:, 0]
         return o.view(-1, layer.tp_q_head_num * d)
 

@@ -51,6 +51,16 @@ def test_triton_streaming_matches_reference(case):
     out2, lse2 = gpu.triton_streaming(q, q_pos, k, v, k_pos, sink, window, d ** -0.5, **opts,
                                       key_blocks=gpu.stream_key_blocks(k_pos.to(torch.int32)))
     assert torch.equal(out, out2) and torch.equal(lse, lse2)  # the key blocks precomputed (a decode step's layers)
+    nk = k.shape[1]
+    rows = torch.randperm(b * nk + 99, generator=gen)[:b * nk].view(b, nk).cuda()  # the keys at storage rows
+    k_st, v_st = (torch.zeros(b * nk + 99, h_kv, d, dtype=dtype, device="cuda").index_copy_(0, rows.flatten(), x.flatten(0, 1))
+                  for x in (k, v))
+    out3, lse3 = gpu.triton_streaming(q, q_pos, k_st, v_st, k_pos, sink, window, d ** -0.5, **opts, k_rows=rows)
+    assert torch.equal(out, out3) and torch.equal(lse, lse3)  # read in place (the serving pool's stream slots)
+    for splits in (1, 3):  # the key blocks split among programs, partials merged (decode's default where SMs idle)
+        o_s, l_s = gpu.triton_streaming(q, q_pos, k, v, k_pos, sink, window, d ** -0.5, **opts, splits=splits)
+        assert torch.equal(torch.isfinite(l_s), torch.isfinite(lse)) and (o_s[~torch.isfinite(lse)] == 0).all()
+        assert rel_err(o_s, o_ref) < 1e-2
     seen = torch.isfinite(l_ref)
     assert torch.equal(torch.isfinite(lse), seen)
     assert (out[~seen] == 0).all()
