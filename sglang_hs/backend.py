@@ -231,7 +231,7 @@ class HSAttnBackend(AttentionBackend):
 
     def _maps(self, seq: ExtendSeq, store: LayerStore) -> tuple[torch.Tensor, torch.Tensor]:
         """The layer's index maps of the sequence's cached prefix, ``[n_r, prefix blocks]`` each."""
-        return store.index["k"][seq.pages].t().contiguous(), store.index["v"][seq.pages].t().contiguous()
+        return store.index["k"].t()[:, seq.pages], store.index["v"].t()[:, seq.pages]  # one launch each
 
     @record_function("hs.prefix_reads")
     def _prefix_reads(self, seq: ExtendSeq, layer_id: int, q: torch.Tensor
@@ -282,6 +282,13 @@ class HSAttnBackend(AttentionBackend):
         return DecodeStep(pages, seq_lens.to(torch.int32), self.pool.stream_rows(locs), kpos, *stream_key_blocks(kpos),
                           (seq_lens - 1).to(torch.int32)[:, None])
 
+    @staticmethod
+    def _step_maps(index: torch.Tensor, pages: torch.Tensor) -> torch.Tensor:
+        """A layer's index map ``[pages, n_r]`` read at each sequence's block pages ``[B, blocks]``, as the decode
+        kernels take it, ``[B, n_r, blocks]``: one gather launch (indexing, then a transposing copy, took two)."""
+        b, n = pages.shape
+        return index.t()[None].expand(b, -1, -1).gather(2, pages[:, None, :].expand(b, index.shape[1], n))
+
     # ---- forward ----
 
     def _begin(self, q, k, v, layer, forward_batch, save_kv_cache):
@@ -326,8 +333,7 @@ class HSAttnBackend(AttentionBackend):
         d = layer.qk_head_dim
         step: DecodeStep = self._decode
         if store.n_r:
-            k_idx = store.index["k"][step.pages].permute(0, 2, 1).contiguous()
-            v_idx = store.index["v"][step.pages].permute(0, 2, 1).contiguous()
+            k_idx, v_idx = (self._step_maps(store.index[op], step.pages) for op in ("k", "v"))
             with record_function("hs.retrieval_attention"):
                 out, _ = decode_attention(q_[:, heads_r], store.pools["k"], store.pools["v"], k_idx, v_idx, step.seq_lens,
                                           layer.scaling, kernel=self.settings.decode_kernel)
