@@ -312,17 +312,21 @@ class HSKVPool(KVCache):
             chosen = select_sparse_blocks(loss, num_tokens, s, settings.sink_tokens, settings.window_tokens)[rows, cols]
         chosen = torch.nonzero(chosen).flatten()
         chosen_at = torch.searchsorted(chosen, torch.tensor(dense_at, device=chosen.device)).tolist()
+        # each chosen block's dense slot, page and group within its layer, for all layers at once: a layer's share is
+        # then a slice (per layer, the gathers were a dozen small launches, on the way to a request's first token)
+        group_of_row = torch.tensor([g for layer in layers for g in range(layer.n_r)], device=rows.device)
+        src, at_pages, groups = dense_slots[chosen], pages[cols[chosen]], group_of_row[rows[chosen]]
         moved = 0
         for i, layer in enumerate(layers):
-            pick = chosen[chosen_at[i]:chosen_at[i + 1]][:layer.sparse_free[op].free]  # pool short: the rest stay dense
-            n = pick.numel()
+            a = chosen_at[i]
+            n = min(chosen_at[i + 1] - a, layer.sparse_free[op].free)  # pool short: the rest stay dense
             if n == 0:
                 continue
-            slots = layer.sparse_free[op].pop(n)
+            slots = layer.sparse_free[op].pop(n).to(torch.int32)
             pool = layer.pools[op]
-            compress_magnitude(pool.dense[dense_slots[pick]], op, pool.values, pool.meta, slots.to(torch.int32))
-            layer.dense_free[op].push(dense_slots[pick])
-            layer.index[op][pages[cols[pick]], rows[pick] - row_starts[i]] = (~slots).to(torch.int32)
+            compress_magnitude(pool.dense[src[a:a + n]], op, pool.values, pool.meta, slots)
+            layer.dense_free[op].push(src[a:a + n])
+            layer.index[op][at_pages[a:a + n], groups[a:a + n]] = ~slots
             moved += n
         return moved
 
