@@ -129,9 +129,15 @@ def prefill_split_plan(programs: int, full_blocks: int, device: torch.device,
                        splits: int | None = None) -> tuple[int, int]:
     """``(splits, blocks per split)`` of a prefill: ``splits`` asked for (default ``prefill_splits``),
     at most one per full prefix block and none left empty."""
-    splits = max(1, min(full_blocks, prefill_splits(programs, full_blocks, device) if splits is None else splits))
-    per_split = -(-full_blocks // splits)
-    return (max(1, -(-full_blocks // per_split)) if full_blocks else 1), per_split
+    return even_split(full_blocks, prefill_splits(programs, full_blocks, device) if splits is None else splits)
+
+
+def even_split(blocks: int, splits: int) -> tuple[int, int]:
+    """``(splits, blocks per split)`` of ``blocks`` shared by at most ``splits`` programs, at most one per block,
+    none left empty (1 split of 0 blocks when there are none)."""
+    splits = max(1, min(blocks, splits))
+    per_split = -(-blocks // splits)
+    return (max(1, -(-blocks // per_split)) if blocks else 1), per_split
 
 
 @functools.lru_cache(maxsize=64)
@@ -828,8 +834,7 @@ def triton_streaming(q, q_pos, k, v, k_pos, sink_tokens: int, window_tokens: int
     n_blocks = block_lo.shape[1]
     if splits is None:
         splits = stream_splits(tiles * h_kv * b, n_blocks, _sm_count(q.device)) if q.is_cuda else 1
-    per_split = -(-n_blocks // max(1, splits))
-    splits = max(1, -(-n_blocks // max(1, per_split)))  # no split without blocks
+    splits, per_split = even_split(n_blocks, splits)
     o_dst, l_dst = (out, lse) if splits == 1 else (
         torch.empty(b, t, h_q, splits, d, dtype=torch.float32, device=q.device),
         torch.empty(b, t, h_q, splits, dtype=torch.float32, device=q.device))
