@@ -231,7 +231,7 @@ class HSAttnBackend(AttentionBackend):
 
     def _maps(self, seq: ExtendSeq, store: LayerStore) -> tuple[torch.Tensor, torch.Tensor]:
         """The layer's index maps of the sequence's cached prefix, ``[n_r, prefix blocks]`` each."""
-        return store.index["k"].t()[:, seq.pages], store.index["v"].t()[:, seq.pages]  # one launch each
+        return tuple(self._maps_at(store.index[op], seq.pages[None])[0] for op in ("k", "v"))
 
     @record_function("hs.prefix_reads")
     def _prefix_reads(self, seq: ExtendSeq, layer_id: int, q: torch.Tensor
@@ -283,9 +283,9 @@ class HSAttnBackend(AttentionBackend):
                           (seq_lens - 1).to(torch.int32)[:, None])
 
     @staticmethod
-    def _step_maps(index: torch.Tensor, pages: torch.Tensor) -> torch.Tensor:
-        """A layer's index map ``[pages, n_r]`` read at each sequence's block pages ``[B, blocks]``, as the decode
-        kernels take it, ``[B, n_r, blocks]``: one gather launch (indexing, then a transposing copy, took two)."""
+    def _maps_at(index: torch.Tensor, pages: torch.Tensor) -> torch.Tensor:
+        """A layer's index map ``[pages, n_r]`` read at each sequence's block pages ``[B, blocks]``, as the kernels
+        take it, ``[B, n_r, blocks]``: one gather launch (indexing, then a transposing copy, took two)."""
         b, n = pages.shape
         return index.t()[None].expand(b, -1, -1).gather(2, pages[:, None, :].expand(b, index.shape[1], n))
 
@@ -333,7 +333,7 @@ class HSAttnBackend(AttentionBackend):
         d = layer.qk_head_dim
         step: DecodeStep = self._decode
         if store.n_r:
-            k_idx, v_idx = (self._step_maps(store.index[op], step.pages) for op in ("k", "v"))
+            k_idx, v_idx = (self._maps_at(store.index[op], step.pages) for op in ("k", "v"))
             with record_function("hs.retrieval_attention"):
                 out, _ = decode_attention(q_[:, heads_r], store.pools["k"], store.pools["v"], k_idx, v_idx, step.seq_lens,
                                           layer.scaling, kernel=self.settings.decode_kernel)

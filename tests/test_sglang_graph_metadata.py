@@ -76,10 +76,10 @@ def test_capture_skips_bookkeeping_replay_runs_it(backend):
 
 
 @pytest.mark.parametrize("batch", [1, 3])
-def test_step_maps_are_the_index_maps_at_the_pages(batch):
+def test_maps_at_are_the_index_maps_at_the_pages(batch):
     """The decode's per-layer index maps, one gather: ``index[pages]`` transposed to ``[B, groups, blocks]``."""
     gen = torch.Generator().manual_seed(batch)
     index = torch.randint(-2 ** 31, 2 ** 31 - 1, (40, 3), generator=gen, dtype=torch.int32)
     pages = torch.randint(0, 40, (batch, 11), generator=gen)
-    maps = HSAttnBackend._step_maps(index, pages)
+    maps = HSAttnBackend._maps_at(index, pages)
     assert maps.is_contiguous() and torch.equal(maps, index[pages].permute(0, 2, 1))
