@@ -160,6 +160,11 @@ class HSKVPool(KVCache):
         self.live_by_row: dict[int, torch.Tensor] = {}
         self.layers = [LayerStore(settings, self.start_layer + i, self.num_pages, stream_slots, head_dim, dtype, device)
                        for i in range(layer_num)]
+        # compress_sequence stacks the retrieval layers' maps: where each layer's rows start, each row's group
+        self.retrieval_layers = [layer for layer in self.layers if layer.n_r]
+        self._row_starts = torch.tensor([0] + [layer.n_r for layer in self.retrieval_layers], device=device).cumsum(0)
+        self._group_of_row = torch.tensor([g for layer in self.retrieval_layers for g in range(layer.n_r)],
+                                          dtype=torch.long, device=device)
         self.reset_slots()
         self._finalize_allocation_log(size)
 
@@ -284,20 +289,17 @@ class HSKVPool(KVCache):
         its decompressed 2:4 data would, so it stays selected and the work per call follows the dense
         blocks, not the sequence. All layers are selected at once (one selection and four host syncs per
         operand; per layer, the launches and syncs took 48 ms per 8K chunk of Llama-3.1-8B on the H200)."""
-        layers = [layer for layer in self.layers if layer.n_r]
-        if num_tokens < BLOCK_SIZE or not layers:
+        if num_tokens < BLOCK_SIZE or not self.retrieval_layers:
             return 0
         pages = locs[:num_tokens:BLOCK_SIZE] // BLOCK_SIZE
         sparsities = ((op, self.settings.decode.sparsity(op)) for op in OPERANDS)
-        return sum(self._compress_operand(layers, op, s, pages, num_tokens) for op, s in sparsities if s > 0.0)
+        return sum(self._compress_operand(op, s, pages, num_tokens) for op, s in sparsities if s > 0.0)
 
-    def _compress_operand(self, layers: list[LayerStore], op: str, s: float, pages: torch.Tensor,
-                          num_tokens: int) -> int:
-        settings = self.settings
+    def _compress_operand(self, op: str, s: float, pages: torch.Tensor, num_tokens: int) -> int:
+        settings, layers = self.settings, self.retrieval_layers
         index_t = torch.cat([layer.index[op][pages].t() for layer in layers])  # [sum of n_r, nb]
-        row_starts = torch.tensor([0] + [layer.n_r for layer in layers], device=index_t.device).cumsum(0)
         rows, cols = torch.nonzero(index_t >= 0, as_tuple=True)  # row-major: each layer's dense blocks in a run
-        dense_at = torch.searchsorted(rows, row_starts).tolist()
+        dense_at = torch.searchsorted(rows, self._row_starts).tolist()
         dense_slots = index_t[rows, cols].long()
         chosen = loss_free_selection(num_tokens, s, settings.sink_tokens, settings.window_tokens, cols.device)
         if chosen is not None:  # no loss pass
@@ -314,8 +316,7 @@ class HSKVPool(KVCache):
         chosen_at = torch.searchsorted(chosen, torch.tensor(dense_at, device=chosen.device)).tolist()
         # each chosen block's dense slot, page and group within its layer, for all layers at once: a layer's share is
         # then a slice (per layer, the gathers were a dozen small launches, on the way to a request's first token)
-        group_of_row = torch.tensor([g for layer in layers for g in range(layer.n_r)], device=rows.device)
-        src, at_pages, groups = dense_slots[chosen], pages[cols[chosen]], group_of_row[rows[chosen]]
+        src, at_pages, groups = dense_slots[chosen], pages[cols[chosen]], self._group_of_row[rows[chosen]]
         moved = 0
         for i, layer in enumerate(layers):
             a = chosen_at[i]
