@@ -89,15 +89,16 @@ class HSAttnBackend(AttentionBackend):
         # whole pages covering any window
         self.sink_end = -(-self.settings.sink_tokens // BLOCK_SIZE) * BLOCK_SIZE
         self._stream_span = self.sink_end + -(-(self.settings.window_tokens + BLOCK_SIZE - 1) // BLOCK_SIZE) * BLOCK_SIZE
-        self._decode = None  # per decode step, shared by all layers (_decode_metadata)
-        self._graph = None  # static decode metadata for CUDA graphs (init_cuda_graph_state)
+        self._decode = None  # per decode step, shared by all layers (_decode_metadata, at the first layer)
+        self._width = None  # its block width: the longest sequence's (eager), or every graph's fixed one
+        self._graph_width = None  # CUDA graphs' (init_cuda_graph_state)
         self._extend: list[ExtendSeq] = []  # per extend, likewise (_extend_metadata)
 
     def init_forward_metadata(self, forward_batch):
         """Eager forward. Before an extend: protect the streaming pages each request reads (its
         window before the prefix may be shared) and resolve the layer-independent reads of each
         sequence (``_extend_metadata``). Before a decode step: ``_decode_bookkeeping``, then the
-        step's layer-independent reads (``_decode_metadata``)."""
+        step's layer-independent reads (``_decode_metadata``, at the first layer)."""
         mode = forward_batch.forward_mode
         if mode.is_extend():
             rows = forward_batch.req_pool_indices.tolist()
@@ -112,7 +113,7 @@ class HSAttnBackend(AttentionBackend):
                 start += t
         elif mode.is_decode():
             self._decode_bookkeeping(forward_batch)
-            self._decode = self._decode_metadata(forward_batch)
+            self._width = None
 
     def _decode_bookkeeping(self, forward_batch):
         """A sequence whose last page just filled compresses what left its window and gives back
@@ -128,29 +129,19 @@ class HSAttnBackend(AttentionBackend):
     # ---- CUDA graphs (decode only; the plugin turns prefill graphs off) ----
 
     def init_cuda_graph_state(self, max_bs: int, max_num_tokens: int):
-        """Static decode metadata the graphs read: block pages up to the longest context, stream
-        rows and positions."""
-        blocks = -(-self.req_to_token_pool.req_to_token.shape[1] // BLOCK_SIZE)
-        span = self._stream_span
-
-        def zeros(*shape, dtype=torch.int32):
-            return torch.zeros(max_bs, *shape, dtype=dtype, device=self.device)
-
-        self._graph = DecodeStep(zeros(blocks, dtype=torch.long), zeros(), zeros(span, dtype=torch.long), zeros(span),
-                                 zeros(span // BLOCK_SIZE), zeros(span // BLOCK_SIZE), zeros(1))
+        """Nothing static: a graph computes its step's metadata at its first layer, from its input buffers, over
+        block pages up to the longest context."""
+        self._graph_width = -(-self.req_to_token_pool.req_to_token.shape[1] // BLOCK_SIZE)
 
     def get_cuda_graph_seq_len_fill_value(self):
         return 1
 
     def init_forward_metadata_out_graph(self, forward_batch, in_capture: bool = False):
-        """Before capturing (``in_capture``) or replaying a decode graph: the bookkeeping (not at
-        capture), then the step's metadata written into the static buffers (padding rows read
-        page 0 and no streaming keys)."""
+        """Before capturing (``in_capture``) or replaying a decode graph: the bookkeeping (not at capture). The step's
+        metadata is then captured in the graph (``forward_decode``'s first layer): no host work for it at replay."""
         if not in_capture:
             self._decode_bookkeeping(forward_batch)
-        real = forward_batch.batch_size - (getattr(forward_batch, "num_padding", 0) or 0)
-        metadata = self._decode_metadata(forward_batch, self._graph.pages.shape[1], real)
-        self._decode = DecodeStep(*(None if m is None else buf[:m.shape[0]].copy_(m) for buf, m in zip(self._graph, metadata)))
+        self._width = self._graph_width
 
     # ---- helpers ----
 
@@ -255,18 +246,19 @@ class HSAttnBackend(AttentionBackend):
         return seq.splits[layer_id]
 
     @record_function("hs.decode_metadata")
-    def _decode_metadata(self, forward_batch, max_blocks: int | None = None, real: int | None = None) -> DecodeStep:
+    def _decode_metadata(self, forward_batch, max_blocks: int | None = None) -> DecodeStep:
         """``DecodeStep``: the pages of each sequence's blocks ``[B, max_blocks]`` and, with streaming groups, the
         streaming keys ``_extend_metadata`` would pass for a query at ``n - 1``, for all sequences at once as stream
         rows and positions ``[B, span]``, padded with empty keys (position -1) after each sequence's own (a key keeps
         its index: a sequence's result does not depend on the batch). ``max_blocks``: a fixed width (CUDA graphs),
-        else the longest sequence's; rows from ``real`` on are padding."""
+        else the longest sequence's. Tensor work only (it runs inside a captured graph): rows of length 1 are a graph's
+        padding (the fill value; a decoding sequence holds its prompt and a new token), read page 0 and no keys."""
         seq_lens = forward_batch.seq_lens
         rows = forward_batch.req_pool_indices.long()
         req_to_token = self.req_to_token_pool.req_to_token
         if max_blocks is None:
             max_blocks = -(-int(forward_batch.seq_lens_cpu.max()) // BLOCK_SIZE)
-        live = (torch.arange(rows.shape[0], device=rows.device) < (rows.shape[0] if real is None else real))[:, None]
+        live = (seq_lens > self.get_cuda_graph_seq_len_fill_value())[:, None]
         pages = req_to_token[rows, :max_blocks * BLOCK_SIZE:BLOCK_SIZE].long() // BLOCK_SIZE
         pages = torch.where(live, pages.clamp_(0, self.pool.num_pages - 1), 0)  # rows past a sequence's end are not read
         if not self.pool.has_stream:
@@ -331,6 +323,8 @@ class HSAttnBackend(AttentionBackend):
     def forward_decode(self, q, k, v, layer, forward_batch, save_kv_cache=True, **kwargs):
         store, q_, o, heads_r, heads_s = self._begin(q, k, v, layer, forward_batch, save_kv_cache)
         d = layer.qk_head_dim
+        if layer.layer_id == self.pool.start_layer:  # once a step; inside a graph, captured with it
+            self._decode = self._decode_metadata(forward_batch, self._width)
         step: DecodeStep = self._decode
         if store.n_r:
             k_idx, v_idx = (self._maps_at(store.index[op], step.pages) for op in ("k", "v"))

@@ -42,15 +42,15 @@ def decode_batch(rows, lens, padding=0):
               req_pool_indices=torch.tensor(rows), seq_lens=torch.tensor(lens), seq_lens_cpu=torch.tensor(lens))
 
 
-def test_graph_metadata_equals_eager_in_static_buffers(backend):
+def test_graph_metadata_equals_eager_for_real_rows(backend):
+    """What a captured graph computes (fixed width, padded batch) is the eager metadata for the real rows."""
     backend.init_cuda_graph_state(max_bs=8, max_num_tokens=8)
-    eager = decode_batch([1, 2], [700, 300])
-    backend.init_forward_metadata(eager)
-    e = backend._decode
+    e = backend._decode_metadata(decode_batch([1, 2], [700, 300]))
 
-    backend.init_forward_metadata_out_graph(decode_batch([1, 2], [700, 300], padding=2))
-    g = backend._decode
-    assert g.pages.shape == (4, WIDTH // 64)
+    padded = decode_batch([1, 2], [700, 300], padding=2)
+    backend.init_forward_metadata_out_graph(padded)
+    g = backend._decode_metadata(padded, backend._width)
+    assert g.pages.shape == (4, WIDTH // 64) and e.pages.shape == (2, 11)
     assert torch.equal(g.pages[:2, :e.pages.shape[1]], e.pages)
     for name in ("seq_lens", "stream_rows", "kpos", "block_lo", "block_hi", "qpos"):
         assert torch.equal(getattr(g, name)[:2], getattr(e, name)), name
@@ -59,10 +59,16 @@ def test_graph_metadata_equals_eager_in_static_buffers(backend):
     assert (g.block_hi[2:] == -1).all() and (g.block_lo[2:] == torch.iinfo(torch.int32).max).all()  # nothing to read
     assert torch.equal(g.stream_rows[2:], backend.pool.stream_rows(torch.zeros_like(g.stream_rows[2:])))  # page 0's slot
 
-    first = [t.data_ptr() for t in backend._decode]
-    backend.init_forward_metadata_out_graph(decode_batch([2, 1], [301, 701], padding=2))
-    assert [t.data_ptr() for t in backend._decode] == first  # the storage the graph was captured on
-    assert torch.equal(backend._decode.kpos[0], backend._decode_metadata(decode_batch([2], [301])).kpos[0])
+
+def test_padding_rows_read_nothing_whatever_their_stale_row(backend):
+    """A graph's padding rows may carry a stale request row from an earlier replay: seq_len 1 still reads page 0."""
+    backend.init_cuda_graph_state(max_bs=4, max_num_tokens=4)
+    batch = decode_batch([2], [300], padding=2)
+    batch.req_pool_indices[1:] = 1  # row 1 holds a live 700-token sequence
+    backend.init_forward_metadata_out_graph(batch)
+    g = backend._decode_metadata(batch, backend._width)
+    assert (g.pages[1:] == 0).all() and (g.kpos[1:] == -1).all() and (g.block_hi[1:] == -1).all()
+    assert torch.equal(g.kpos[0], backend._decode_metadata(decode_batch([2], [300])).kpos[0])
 
 
 def test_capture_skips_bookkeeping_replay_runs_it(backend):
