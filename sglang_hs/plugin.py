@@ -59,7 +59,7 @@ def _check_server_args(self, *args, **kwargs):
     # overlap scheduler would reorder them against the next batch's reads
     self.disable_overlap_schedule = True
     # prefill's per-request Python loops and host-side bookkeeping cannot be captured in a CUDA
-    # graph; decode is captured whole ("full"), its bookkeeping runs before each replay
+    # graph; decode is captured whole ("full"), its step metadata included
     self.disable_prefill_cuda_graph = True
     for name, allowed in (("cuda_graph_backend_prefill", (None, "disabled")), ("cuda_graph_backend_decode", (None, "full", "disabled"))):
         if getattr(self, name, None) not in allowed:

@@ -4,7 +4,9 @@
 
 Three tables: the ``hs.*`` ranges the backend and pool mark (``torch.profiler.record_function``,
 host wall time, so they include waits for the GPU), GPU kernels and the host-side aten ops, each
-with total ms, calls and share of the profiled span.
+with total ms, calls and share of the profiled span. Then, where the trace has CUDA graph replays
+(decode steps), the kernels each replay ran, their summed GPU time and first-start-to-last-end span
+(medians over the replays), matched to their ``cudaGraphLaunch`` by correlation id.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import statistics
 from collections import defaultdict
 from pathlib import Path
 
@@ -45,7 +48,26 @@ def summarize(path: Path, top: int = 15) -> str:
             short = name if len(name) <= 70 else name[:67] + "..."
             lines.append(f"| {short.replace('|', '/')} | {ms:.1f} | {calls[name]} | {100 * ms / span_ms:.1f} |")
         lines.append("")
+    replays = graph_replays(events)
+    if replays:
+        kernels, busy, span = (statistics.median(r[i] for r in replays) for i in range(3))
+        lines += ["| CUDA graph replays | kernels each | GPU busy ms each | span ms each |", "|---|---|---|---|",
+                  f"| {len(replays)} | {kernels:.0f} | {busy:.2f} | {span:.2f} |", ""]
     return "\n".join(lines)
+
+
+def graph_replays(events: list[dict]) -> list[tuple[int, float, float]]:
+    """(kernels, summed kernel ms, span ms) of each cudaGraphLaunch that ran kernels."""
+    by_launch = defaultdict(list)
+    for e in events:
+        if e.get("cat") == "kernel":
+            by_launch[e.get("args", {}).get("correlation")].append(e)
+    out = []
+    for launch in events:
+        if launch["name"] == "cudaGraphLaunch" and (ks := by_launch.get(launch.get("args", {}).get("correlation"))):
+            span = max(k["ts"] + k["dur"] for k in ks) - min(k["ts"] for k in ks)
+            out.append((len(ks), sum(k["dur"] for k in ks) / 1e3, span / 1e3))
+    return out
 
 
 def main(argv=None) -> int:

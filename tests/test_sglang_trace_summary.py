@@ -1,6 +1,7 @@
 """trace_summary: a real torch-profiler Chrome trace summed by name; bad input is a one-line error."""
 
 import gzip
+import json
 import subprocess
 import sys
 
@@ -8,7 +9,7 @@ import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from sglang_hs.trace_summary import summarize
+from sglang_hs.trace_summary import graph_replays, load_events, summarize
 
 
 @record_function("hs.outer")
@@ -42,3 +43,19 @@ def test_bad_trace_is_a_one_line_error(tmp_path, content):
     proc = subprocess.run([sys.executable, "-m", "sglang_hs.trace_summary", str(bad)], capture_output=True, text=True)
     assert proc.returncode != 0
     assert len(proc.stderr.strip().splitlines()) == 1 and "trace_summary" in proc.stderr
+
+
+def test_graph_replays_count_kernels_by_correlation(tmp_path):
+    def launch(ts, corr):
+        return {"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch", "ts": ts, "dur": 5, "args": {"correlation": corr}}
+
+    def kernel(ts, dur, corr):
+        return {"ph": "X", "cat": "kernel", "name": "k", "ts": ts, "dur": dur, "args": {"correlation": corr}}
+
+    events = [launch(0, 7), kernel(10, 100, 7), kernel(200, 300, 7), kernel(600, 50, 8),  # 8: an eager launch
+              launch(1000, 9), kernel(1010, 100, 9), kernel(1110, 100, 9), kernel(1300, 200, 9), launch(2000, 10)]
+    trace = tmp_path / "g.json"
+    trace.write_text(json.dumps({"traceEvents": events}))
+    assert graph_replays(load_events(trace)) == [(2, 0.4, 0.49), (3, 0.4, 0.49)]
+    rows = [line for line in summarize(trace).splitlines() if line.startswith("| 2 |")]
+    assert rows == ["| 2 | 2 | 0.40 | 0.49 |"]  # two replays (the third ran nothing), median 2.5 kernels rounds to 2
