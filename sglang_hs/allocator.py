@@ -64,12 +64,13 @@ class HSTokenAllocator(PagedTokenToKVPoolAllocator):
         return out
 
     def alloc_decode(self, seq_lens, seq_lens_cpu, last_loc):
-        new_page = (seq_lens - 1) % self.page_size == 0  # the new token opens a page
-        num_new_pages = int(new_page.sum())
+        # counted on the host copy: a step that opens no page then costs no sync and no pool bookkeeping
+        num_new_pages = get_num_new_pages(seq_lens=seq_lens_cpu, page_size=self.page_size, decode=True)
         if not self._can_take(num_new_pages):
             return None
         out = (last_loc + 1).to(torch.int64)
-        out[new_page] = self._take(num_new_pages) * self.page_size
+        if num_new_pages:
+            out[(seq_lens - 1) % self.page_size == 0] = self._take(num_new_pages) * self.page_size
         return out
 
     def _release_page_ids(self, *page_ids: torch.Tensor):

@@ -198,6 +198,8 @@ class HSKVPool(KVCache):
         return self.stream_free.free if self.has_stream else 1 << 62
 
     def on_alloc_pages(self, pages: torch.Tensor):
+        if not pages.numel():  # most decode steps and cached-prefix extends open no page
+            return
         for layer in self.layers:
             layer.on_alloc(pages)
         if self.has_stream:
