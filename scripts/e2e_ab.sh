@@ -1,0 +1,39 @@
+# End-to-end A/B on the GPU machine: python -m sglang_hs.bench_e2e once per variant, in the order given (repeat a
+# name to alternate), then one summary line per run. A variant is a source tree holding kernels/ and sglang_hs/ ("."
+# for this checkout; else a directory, e.g. .scratch/main after `git archive REV kernels sglang_hs | tar -x -C
+# .scratch/main`), served as hs; "stock" is stock SGLang. Source scripts/device_env.sh first (it links /tmp/pp).
+#   bash scripts/e2e_ab.sh OUT VARIANT... -- BENCH_E2E_FLAGS...   (each run's log and results.json under OUT)
+out=$1; shift
+variants=()
+while [ $# -gt 0 ] && [ "$1" != "--" ]; do variants+=("$1"); shift; done
+shift
+mkdir -p "$out"
+root=$PWD
+i=0
+for v in "${variants[@]}"; do
+  i=$((i + 1))
+  name=r$i-$(basename "$v")
+  engine=hs
+  if [ "$v" = stock ]; then engine=stock; src=$root; else src=$(cd "$v" && pwd); fi
+  ln -sfn "$src/sglang_hs" /tmp/pp/sglang_hs
+  ln -sfn "$src/kernels" /tmp/pp/hs_kernels
+  (cd /tmp && timeout "${RUN_TIMEOUT:-240}" python -m sglang_hs.bench_e2e --shape llama-3.1-8b --out "/tmp/ab-$name" \
+    --engines $engine "$@" > "$out/$name.log" 2>&1)
+  echo "$name rc $? $(date -u +%T)"
+  cp "/tmp/ab-$name/results.json" "$out/$name.json" 2>/dev/null
+done
+ln -sfn "$root/sglang_hs" /tmp/pp/sglang_hs
+ln -sfn "$root/kernels" /tmp/pp/hs_kernels
+python - "$out" <<'PY'
+import glob, hashlib, json, os, sys
+for path in sorted(glob.glob(os.path.join(sys.argv[1], "r*.json")), key=lambda p: int(os.path.basename(p)[1:].split("-")[0])):
+    res = json.load(open(path))
+    engine = "stock" if "stock" in res else "hs"
+    d = res[engine]
+    p = d.get("prefix", {})
+    runs = " ".join(f"{r['context']}x{r['batch']}: " + (r["error"][:40] if "error" in r else
+                    f"ttft {r['ttft_s']:.3f} decode {1e3 * r['decode_tpot_s']:.2f} ms") for r in d.get("runs", []))
+    ids = hashlib.md5(str(p.get("output_ids")).encode()).hexdigest()[:8] if p else "-"
+    print(os.path.basename(path)[:-5], engine, runs, "| prefix cold %.3f cached %.3f ids %s" % (
+        p.get("cold_ttft_s", float("nan")), p.get("cached_ttft_s", float("nan")), ids))
+PY
