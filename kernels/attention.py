@@ -32,7 +32,7 @@ _MIN_ROWS = 16  # fewest GEMM rows per KV head (see _attend)
 
 def decode_attention(q: torch.Tensor, k_pool: BlockPool, v_pool: BlockPool,
                      k_index: torch.Tensor, v_index: torch.Tensor, seq_lens: torch.Tensor,
-                     sm_scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                     sm_scale: float | None = None, pages: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """One new token per sequence against its paged, mixed dense/sparse KV (retrieval heads).
 
     q:        ``[B, H_q, D]`` the new token of each of B sequences.
@@ -43,12 +43,21 @@ def decode_attention(q: torch.Tensor, k_pool: BlockPool, v_pool: BlockPool,
     seq_lens: ``[B]`` integer, tokens in the cache per sequence, the new token's K/V included
               (it is already stored, in a dense block). Rows at ``t >= seq_lens[b]`` of the last
               block are ignored.
+    pages:    optional integer ``[B, max_blocks]``: then k_index, v_index are maps ``[num_pages, H_kv]``
+              (a serving pool's, one row per page) and block ``j`` of sequence ``b`` is their row
+              ``pages[b, j]``, read in place (no gather per call). Entries past a sequence's blocks
+              are ignored as above.
     Returns ``out [B, H_q, D]`` (q's dtype) and ``lse [B, H_q]`` (float32).
     """
     check_value_dtype(q, "q")
     if q.dim() != 3:
         raise ValueError(f"q must have shape [batch, H_q, head_dim], got {list(q.shape)}")
     batch = q.shape[0]
+    if pages is not None:
+        _check_paged_maps(k_index, v_index, pages, batch)
+        if pages.numel() and (int(pages.min()) < 0 or int(pages.max()) >= k_index.shape[0]):
+            raise ValueError(f"pages must be in [0, {k_index.shape[0]}) (rows of the maps)")
+        k_index, v_index = (m[pages.long()].transpose(1, 2) for m in (k_index, v_index))
     h_kv, max_blocks = _check_index_pair(k_index, v_index, (batch, None, None))
     _check_pools(k_pool, v_pool, q.shape[-1])
     _check_gqa(q.shape[1], h_kv)
@@ -287,6 +296,14 @@ def _check_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len) -> tup
     if not isinstance(prefix_len, int) or not 0 <= prefix_len <= nb * BLOCK_SIZE:
         raise ValueError(f"prefix_len must be an int in [0, {nb * BLOCK_SIZE}], got {prefix_len!r}")
     return t, h_q, d, h_kv, nb
+
+
+def _check_paged_maps(k_map: torch.Tensor, v_map: torch.Tensor, pages: torch.Tensor, batch: int) -> tuple[int, int]:
+    """``decode_attention``'s maps ``[num_pages, H_kv]`` read through ``pages [B, max_blocks]``: (H_kv, max_blocks)."""
+    h_kv = _check_index_pair(k_map, v_map, (None, None))[1]
+    if pages.dim() != 2 or pages.shape[0] != batch or pages.dtype.is_floating_point or pages.dtype == torch.bool:
+        raise ValueError(f"pages must be an integer tensor [{batch}, max_blocks], got {pages.dtype} {list(pages.shape)}")
+    return h_kv, pages.shape[1]
 
 
 def _check_index_pair(k_index: torch.Tensor, v_index: torch.Tensor, shape: tuple) -> tuple[int, int]:

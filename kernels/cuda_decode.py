@@ -63,7 +63,7 @@ def library() -> ctypes.CDLL:
     lib = ctypes.CDLL(str(build(f"sm_{major}{minor}")))
     p, i = ctypes.c_void_p, ctypes.c_int
     lib.hs_decode_sp.restype = i
-    lib.hs_decode_sp.argtypes = [i, i, i] + [p] * 12 + [ctypes.c_float] + [i] * 5 + [p]
+    lib.hs_decode_sp.argtypes = [i, i, i] + [p] * 13 + [ctypes.c_float] + [i] * 5 + [p]
     lib.hs_decode_sp_resident.restype = i
     lib.hs_decode_sp_resident.argtypes = [i, i, i]
     return lib
@@ -84,14 +84,17 @@ def _ptr(x: torch.Tensor) -> int:
 
 
 def launch(q, k_pool, v_pool, k_index, v_index, seq_lens, o_part, lse_part, scale_log2: float, splits: int,
-           slots: int = DEFAULT_SLOTS) -> None:
+           slots: int = DEFAULT_SLOTS, pages=None) -> None:
     """The kernel on checked, contiguous CUDA inputs (``gpu.cuda_decode``); ``slots``: one of ``SLOTS``, the
-    operands each warp stages (``slots - 1`` in flight while one is computed); raises on a CUDA error."""
+    operands each warp stages (``slots - 1`` in flight while one is computed); ``pages``: int32 ``[B, blocks]``
+    through which the maps ``[num_pages, H_kv]`` are read, or None (maps ``[B, H_kv, blocks]``); raises on a CUDA
+    error."""
     batch, h_q, d = q.shape
-    h_kv, max_blocks = k_index.shape[1], k_index.shape[2]
+    h_kv, max_blocks = k_index.shape[1], (k_index if pages is None else pages).shape[-1]
     rc = library().hs_decode_sp(
         d, int(q.dtype == torch.bfloat16), slots, _ptr(q), _ptr(k_pool.dense), _ptr(k_pool.values), _ptr(k_pool.meta),
-        _ptr(v_pool.dense), _ptr(v_pool.values), _ptr(v_pool.meta), _ptr(k_index), _ptr(v_index), _ptr(seq_lens),
+        _ptr(v_pool.dense), _ptr(v_pool.values), _ptr(v_pool.meta), _ptr(k_index), _ptr(v_index),
+        0 if pages is None else _ptr(pages), _ptr(seq_lens),
         _ptr(o_part), _ptr(lse_part), scale_log2, batch, max_blocks, splits, h_kv, h_q // h_kv,
         torch.cuda.current_stream(q.device).cuda_stream)
     if rc:

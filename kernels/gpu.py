@@ -58,13 +58,14 @@ def triton_available() -> bool:
     return _gpu_allowed() and importlib.util.find_spec("triton") is not None
 
 
-def decode_supported(q: torch.Tensor, k_pool: BlockPool, v_pool: BlockPool, k_index: torch.Tensor) -> bool:
+def decode_supported(q: torch.Tensor, k_pool: BlockPool, v_pool: BlockPool, k_index: torch.Tensor,
+                     pages: torch.Tensor | None = None) -> bool:
     """Whether ``decode_attention`` runs the GPU kernel for these inputs (else the reference)."""
     return (
         triton_available() and q.is_cuda and q.dim() == 3 and q.dtype in _DTYPES
         and isinstance(k_pool, BlockPool) and isinstance(v_pool, BlockPool)
         and k_pool.dtype == q.dtype and v_pool.dtype == q.dtype and k_pool.dense.is_cuda
-        and q.shape[-1] in _HEAD_DIMS and k_index.dim() == 3 and k_index.shape[1] >= 1
+        and q.shape[-1] in _HEAD_DIMS and k_index.dim() == (3 if pages is None else 2) and k_index.shape[1] >= 1
         and q.shape[1] % k_index.shape[1] == 0 and q.shape[1] // k_index.shape[1] <= _MAX_GROUP
     )
 
@@ -167,15 +168,18 @@ def _pool_kinds(pool: BlockPool) -> int:
 
 def cuda_decode_supported(q: torch.Tensor, k_index: torch.Tensor) -> bool:
     """Whether ``decode_attention(..., kernel="cuda")`` can run the sparse-tensor-core kernel: head_dim
-    64 / 128, at most 8 query heads per KV group, nvcc on the machine (``cuda_decode``)."""
+    64 / 128, at most 8 query heads per KV group, nvcc on the machine (``cuda_decode``). ``k_index``: the
+    maps ``[B, H_kv, blocks]``, or ``[num_pages, H_kv]`` read through pages."""
     return cd.supports(q.shape[-1], q.shape[1] // k_index.shape[1])
 
 
 def decode_attention(q: torch.Tensor, k_pool: BlockPool, v_pool: BlockPool,
                      k_index: torch.Tensor, v_index: torch.Tensor, seq_lens: torch.Tensor,
                      sm_scale: float | None = None, num_splits: int | None = None,
-                     num_warps: int = 2, num_stages: int = 2, kernel: str = "auto") -> tuple[torch.Tensor, torch.Tensor]:
-    """``hs_kernels.attention.decode_attention`` on a GPU kernel where supported (see module doc).
+                     num_warps: int = 2, num_stages: int = 2, kernel: str = "auto",
+                     pages: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``hs_kernels.attention.decode_attention`` on a GPU kernel where supported (see module doc); ``pages``
+    as there (the kernels read the maps through them; pages are not range-checked on the GPU path).
 
     ``kernel``: "auto" (the CUDA kernel where ``cuda_decode_supported`` and it builds, else Triton), "cuda"
     (raises ValueError where not supported, and the build's error where it does not build) or "triton". ``num_splits`` (optional) overrides the split-KV count;
@@ -184,10 +188,13 @@ def decode_attention(q: torch.Tensor, k_pool: BlockPool, v_pool: BlockPool,
     """
     if kernel not in DECODE_KERNELS:
         raise ValueError(f"kernel must be one of {', '.join(DECODE_KERNELS)}, got {kernel!r}")
-    if not decode_supported(q, k_pool, v_pool, k_index):
-        return _ref.decode_attention(q, k_pool, v_pool, k_index, v_index, seq_lens, sm_scale)
+    if not decode_supported(q, k_pool, v_pool, k_index, pages):
+        return _ref.decode_attention(q, k_pool, v_pool, k_index, v_index, seq_lens, sm_scale, pages)
     batch, h_q, d = q.shape
-    h_kv, max_blocks = _ref._check_index_pair(k_index, v_index, (batch, None, None))
+    if pages is None:
+        h_kv, max_blocks = _ref._check_index_pair(k_index, v_index, (batch, None, None))
+    else:
+        h_kv, max_blocks = _ref._check_paged_maps(k_index, v_index, pages, batch)
     _ref._check_pools(k_pool, v_pool, d)
     _ref._check_gqa(h_q, h_kv)
     if seq_lens.shape != (batch,):
@@ -199,23 +206,26 @@ def decode_attention(q: torch.Tensor, k_pool: BlockPool, v_pool: BlockPool,
                          f"query heads per KV head, got head_dim {d} and {h_q // h_kv}")
     if use_cuda:
         splits = num_splits or cuda_decode_splits(batch, h_kv, max_blocks, q)
-        return cuda_decode(q, k_pool, v_pool, k_index, v_index, seq_lens, scale, splits)
+        return cuda_decode(q, k_pool, v_pool, k_index, v_index, seq_lens, scale, splits, pages=pages)
     splits = num_splits or triton_decode_splits(batch, h_kv, max_blocks, _sm_count(q.device))
-    return triton_decode(q, k_pool, v_pool, k_index, v_index, seq_lens, scale, splits, num_warps, num_stages)
+    return triton_decode(q, k_pool, v_pool, k_index, v_index, seq_lens, scale, splits, num_warps, num_stages,
+                         pages=pages)
 
 
 def cuda_decode(q, k_pool, v_pool, k_index, v_index, seq_lens, scale: float, splits: int, parts=None,
-                slots: int = cd.DEFAULT_SLOTS, dependent: bool | None = None):
+                slots: int = cd.DEFAULT_SLOTS, dependent: bool | None = None, pages=None):
     """Launch the CUDA decode (``cuda_decode``) on checked inputs, then Triton's combine; ``parts`` as
     ``triton_decode``; ``slots``: ``cuda_decode.launch``'s. ``dependent``: the combine launched as a programmatic
-    dependent of the decode (it is scheduled while the decode's last programs run; default on sm_90 and newer)."""
+    dependent of the decode (it is scheduled while the decode's last programs run; default on sm_90 and newer).
+    ``pages``: as ``decode_attention``'s."""
     from .triton_blocks import LOG2E
 
     batch, h_q, d = q.shape
     o_part, lse_part = parts or (torch.empty(batch, h_q, splits, d, dtype=torch.float32, device=q.device),
                                  torch.empty(batch, h_q, splits, dtype=torch.float32, device=q.device))
     cd.launch(q.contiguous(), k_pool, v_pool, k_index.contiguous(), v_index.contiguous(),
-              seq_lens.to(torch.int32).contiguous(), o_part, lse_part, scale * LOG2E, splits, slots)
+              seq_lens.to(torch.int32).contiguous(), o_part, lse_part, scale * LOG2E, splits, slots,
+              None if pages is None else pages.to(torch.int32).contiguous())
     dependent = _sm_major(q.device) >= 9 if dependent is None else dependent
     return _combine(q, o_part, lse_part, splits, dependent)
 
@@ -271,7 +281,7 @@ def combine_rows(rows: int) -> int:
 
 
 def triton_decode(q, k_pool, v_pool, k_index, v_index, seq_lens, scale: float, splits: int,
-                  num_warps: int = 2, num_stages: int = 2, parts=None):
+                  num_warps: int = 2, num_stages: int = 2, parts=None, pages=None):
     """Launch the Triton decode (+ combine) on checked inputs. Also runs under Triton's CPU
     interpreter (``TRITON_INTERPRET=1``, CPU tensors), which is how CI tests the kernel (there with
     the select form of the 2:4 unpack: the interpreter cannot run PTX).
@@ -281,7 +291,7 @@ def triton_decode(q, k_pool, v_pool, k_index, v_index, seq_lens, scale: float, s
     from .triton_blocks import LOG2E
 
     batch, h_q, d = q.shape
-    h_kv, max_blocks = k_index.shape[1], k_index.shape[2]
+    h_kv, max_blocks = k_index.shape[1], (k_index if pages is None else pages).shape[-1]
     g = h_q // h_kv
     o_part, lse_part = parts or (torch.empty(batch, h_q, splits, d, dtype=torch.float32, device=q.device),
                                  torch.empty(batch, h_q, splits, dtype=torch.float32, device=q.device))
@@ -289,9 +299,10 @@ def triton_decode(q, k_pool, v_pool, k_index, v_index, seq_lens, scale: float, s
         q.contiguous(), _nonempty(k_pool.dense), _nonempty(k_pool.values), _nonempty(k_pool.meta),
         _nonempty(v_pool.dense), _nonempty(v_pool.values), _nonempty(v_pool.meta),
         k_index.contiguous(), v_index.contiguous(), seq_lens.to(torch.int32).contiguous(),
+        k_index if pages is None else pages.to(torch.int32).contiguous(),
         o_part, lse_part, scale * LOG2E, max_blocks, splits,
         H_KV=h_kv, G=g, BLOCK_H=max(16, _next_pow2(g)), D=d,
-        K_MODE=_pool_kinds(k_pool), V_MODE=_pool_kinds(v_pool), PRMT=q.is_cuda,
+        K_MODE=_pool_kinds(k_pool), V_MODE=_pool_kinds(v_pool), PRMT=q.is_cuda, PAGED=pages is not None,
         num_warps=num_warps, num_stages=num_stages)
     return _combine(q, o_part, lse_part, splits)
 

@@ -2,6 +2,7 @@
 
 Same semantics as ``hs_kernels.attention.decode_attention`` (the oracle). Split-KV: program
 ``(split, kv_head, seq)`` walks its share of the sequence's 64-token blocks through the index maps,
+(read in place through the sequence's pages where the maps are a pool's, ``PAGED``),
 with the ``H_q / H_kv`` query heads of the KV group packed as the rows of one tile; online softmax
 in base 2; ``combine`` merges the splits by log-sum-exp.
 
@@ -23,10 +24,10 @@ from .triton_blocks import _DENSE, _LN2, BS, load_block, slot_offsets
 
 
 @triton.jit
-def decode_kernel(q_ptr, k_dense, k_vals, k_meta, v_dense, v_vals, v_meta, k_index, v_index, seq_lens,
+def decode_kernel(q_ptr, k_dense, k_vals, k_meta, v_dense, v_vals, v_meta, k_index, v_index, seq_lens, pages,
                   o_part, lse_part, scale_log2, max_blocks, splits,
                   H_KV: tl.constexpr, G: tl.constexpr, BLOCK_H: tl.constexpr, D: tl.constexpr,
-                  K_MODE: tl.constexpr, V_MODE: tl.constexpr, PRMT: tl.constexpr):
+                  K_MODE: tl.constexpr, V_MODE: tl.constexpr, PRMT: tl.constexpr, PAGED: tl.constexpr):
     sx = tl.program_id(0)
     hx = tl.program_id(1)
     bx = tl.program_id(2)
@@ -45,7 +46,8 @@ def decode_kernel(q_ptr, k_dense, k_vals, k_meta, v_dense, v_vals, v_meta, k_ind
     m_i = tl.full((BLOCK_H,), float("-inf"), tl.float32)
     l_i = tl.zeros((BLOCK_H,), tl.float32)
     acc = tl.zeros((BLOCK_H, D), tl.float32)
-    index_row = (bx * H_KV + hx).to(tl.int64) * max_blocks
+    # PAGED: the maps are [num_pages, H_KV], block j's row is pages[bx, j]; else [B, H_KV, max_blocks]
+    index_row = bx.to(tl.int64) * max_blocks if PAGED else (bx * H_KV + hx).to(tl.int64) * max_blocks
     dense_off, dense_t_off, kv_off, km_off, vv_off, vm_off = slot_offsets(D)
     # sparse slots read as int32 words: one per group of values, one per 8 groups of metadata
     k_vals = k_vals.to(tl.pointer_type(tl.int32))
@@ -54,8 +56,12 @@ def decode_kernel(q_ptr, k_dense, k_vals, k_meta, v_dense, v_vals, v_meta, k_ind
     v_meta = v_meta.to(tl.pointer_type(tl.int32))
 
     for j in range(start, stop):
-        ke = tl.load(k_index + index_row + j)
-        ve = tl.load(v_index + index_row + j)
+        if PAGED:
+            at = tl.load(pages + index_row + j).to(tl.int64) * H_KV + hx
+        else:
+            at = index_row + j
+        ke = tl.load(k_index + at)
+        ve = tl.load(v_index + at)
         live = (j * BS + tok) < seq_len
         k = load_block(k_dense, k_vals, k_meta, ke, dense_off, kv_off, km_off, True, BS, D, K_MODE, q.dtype, PRMT)
         s = tl.dot(q, tl.trans(k)) * scale_log2

@@ -59,8 +59,8 @@ class ExtendSeq(NamedTuple):
 
 
 class DecodeStep(NamedTuple):
-    """What every layer of a decode step reads the same way (``_decode_metadata``): each sequence's block pages
-    ``[B, max_blocks]``, int32 sequence lengths ``[B]``; with streaming groups, stream rows ``[B, span]``, int32 key
+    """What every layer of a decode step reads the same way (``_decode_metadata``): each sequence's int32 block pages
+    ``[B, max_blocks]`` (the decode kernels read each layer's index maps through them), int32 sequence lengths ``[B]``; with streaming groups, stream rows ``[B, span]``, int32 key
     positions ``[B, span]`` and their ``stream_key_blocks`` (lowest, highest ``[B, span / 64]``), int32 query
     positions ``[B, 1]`` (else None)."""
     pages: torch.Tensor
@@ -261,6 +261,7 @@ class HSAttnBackend(AttentionBackend):
         live = (seq_lens > self.get_cuda_graph_seq_len_fill_value())[:, None]
         pages = req_to_token[rows, :max_blocks * BLOCK_SIZE:BLOCK_SIZE].long() // BLOCK_SIZE
         pages = torch.where(live, pages.clamp_(0, self.pool.num_pages - 1), 0)  # rows past a sequence's end are not read
+        pages = pages.to(torch.int32)
         if not self.pool.has_stream:
             return DecodeStep(pages, seq_lens.to(torch.int32))
         sink = self.sink_end
@@ -276,8 +277,8 @@ class HSAttnBackend(AttentionBackend):
 
     @staticmethod
     def _maps_at(index: torch.Tensor, pages: torch.Tensor) -> torch.Tensor:
-        """A layer's index map ``[pages, n_r]`` read at each sequence's block pages ``[B, blocks]``, as the kernels
-        take it, ``[B, n_r, blocks]``: one gather launch (indexing, then a transposing copy, took two)."""
+        """A layer's index map ``[pages, n_r]`` read at each sequence's block pages ``[B, blocks]``, as the prefill
+        kernels take it, ``[B, n_r, blocks]``: one gather launch (indexing, then a transposing copy, took two)."""
         b, n = pages.shape
         return index.t()[None].expand(b, -1, -1).gather(2, pages[:, None, :].expand(b, index.shape[1], n))
 
@@ -327,10 +328,10 @@ class HSAttnBackend(AttentionBackend):
             self._decode = self._decode_metadata(forward_batch, self._width)
         step: DecodeStep = self._decode
         if store.n_r:
-            k_idx, v_idx = (self._maps_at(store.index[op], step.pages) for op in ("k", "v"))
             with record_function("hs.retrieval_attention"):
-                out, _ = decode_attention(q_[:, heads_r], store.pools["k"], store.pools["v"], k_idx, v_idx, step.seq_lens,
-                                          layer.scaling, kernel=self.settings.decode_kernel)
+                out, _ = decode_attention(q_[:, heads_r], store.pools["k"], store.pools["v"], store.index["k"],
+                                          store.index["v"], step.seq_lens, layer.scaling,
+                                          kernel=self.settings.decode_kernel, pages=step.pages)
             o[:, heads_r] = out
         if store.n_s:
             with record_function("hs.streaming_attention"):

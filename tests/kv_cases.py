@@ -64,6 +64,22 @@ def make_case(batch, h_kv, d, seq_lens, p_sparse_k, p_sparse_v, dtype, gen, devi
     return pools[0], pools[1], indexes[0], indexes[1], torch.tensor(seq_lens, device=device, dtype=torch.int32)
 
 
+def paged(k_index, v_index, gen, spare_pages=5):
+    """``make_case``'s maps ``[B, H_kv, nb]`` as a serving pool holds them: maps ``[num_pages, H_kv]`` and pages
+    ``[B, nb]`` (int32, shuffled) with ``maps[pages[b, j]] == index[b, :, j]``. The spare pages hold other pages'
+    entries (real slots, wrong ones): a kernel that reads a row it should not gives a wrong result, not a fault."""
+    batch, h_kv, nb = k_index.shape
+    num_pages = batch * nb + spare_pages
+    pages = torch.randperm(num_pages, generator=gen, device=gen.device)[:batch * nb].view(batch, nb)
+    maps = []
+    for index in (k_index, v_index):
+        m = index.transpose(1, 2).reshape(-1, h_kv)[torch.randint(0, batch * nb, (num_pages,), generator=gen,
+                                                                   device=gen.device)].clone()
+        m[pages.flatten()] = index.transpose(1, 2).reshape(-1, h_kv)
+        maps.append(m)
+    return maps[0], maps[1], pages.to(torch.int32)
+
+
 def make_prefix(h_kv, d, prefix_len, p_k, p_v, dtype, gen, dev="cuda"):
     """Pools + [H_kv, nb] index maps for a prefix: each (head, block) dense or sparse with
     probability p (p = 0 / 1 exactly all dense / all sparse), slots shuffled, one spare NO_BLOCK

@@ -95,6 +95,21 @@ def test_decode_batch_ragged_vs_float64_oracle(dtype):
         assert rel_err(lse[b], ref_lse[0]) < TOL[dtype]
 
 
+def test_decode_through_pages_equals_decode_on_gathered_maps():
+    """A serving pool's maps ``[num_pages, H_kv]`` read through each sequence's pages give the maps
+    ``[B, H_kv, blocks]`` decode's result bit for bit."""
+    from kv_cases import make_case, paged
+
+    gen = torch.Generator().manual_seed(3)
+    k_pool, v_pool, k_index, v_index, sl = make_case(3, 2, 64, [1, 300, 700], 0.5, 0.5, torch.float32, gen, "cpu")
+    k_map, v_map, pages = paged(k_index, v_index, gen)
+    assert torch.equal(k_map[pages.long()].transpose(1, 2), k_index)
+    q = torch.randn(3, 8, 64, generator=gen)
+    want = hk.decode_attention(q, k_pool, v_pool, k_index, v_index, sl)
+    got = hk.decode_attention(q, k_pool, v_pool, k_map, v_map, sl, pages=pages)
+    assert all(torch.equal(a, b) for a, b in zip(got, want))
+
+
 def test_decode_ignores_rows_past_seq_len_and_equals_prefill_last_row():
     h_q, h_kv, d = 4, 2, 64
     q, k, v = make_qkv(333, h_q, h_kv, d, torch.float32)

@@ -1,17 +1,17 @@
 """GPU: the Triton decode kernel and the CUDA one on the sparse tensor cores (cuda/decode_sp.cu: d 64 / 128,
 G <= 8) vs the PyTorch reference (mixed dense/sparse blocks via the index map).
 
-Fresh random inputs every run; the per-split outputs are poisoned with NaN before each launch and
-checked fully written; every compiled variant is covered: query tiles 16 / 32 / 64 rows, d 64 / 128
-/ 256, dense-only / sparse-only / mixed pools for K and V, bf16 and fp16, the launch options the
-benchmark uses.
+Fresh random inputs every run, the maps per sequence or a pool's read through pages; the per-split
+outputs are poisoned with NaN before each launch and checked fully written; every compiled variant is
+covered: query tiles 16 / 32 / 64 rows, d 64 / 128 / 256, dense-only / sparse-only / mixed pools for K
+and V, bf16 and fp16, the launch options the benchmark uses.
 """
 
 import math
 
 import pytest
 import torch
-from kv_cases import make_case, rel_err
+from kv_cases import make_case, paged, rel_err
 
 from hs_kernels import attention as ref
 from hs_kernels import cuda_decode, gpu
@@ -42,7 +42,7 @@ def cuda_case(case):
     return case[3] in (64, 128) and case[1] // case[2] <= 8
 
 
-def check(case, splits, scale, kernel="triton", **launch):
+def check(case, splits, scale, kernel="triton", paged_maps=False, **launch):
     batch, h_q, h_kv, d, dtype, seq_lens, p_k, p_v = case
     gen = torch.Generator(device="cuda")
     gen.seed()
@@ -50,10 +50,11 @@ def check(case, splits, scale, kernel="triton", **launch):
     q = torch.randn(batch, h_q, d, generator=gen, device="cuda").to(dtype)
     parts = (torch.full((batch, h_q, splits, d), float("nan"), device="cuda"),
              torch.full((batch, h_q, splits), float("nan"), device="cuda"))
+    maps = paged(k_index, v_index, gen) if paged_maps else (k_index, v_index, None)
     if kernel == "cuda":
-        out, lse = gpu.cuda_decode(q, k_pool, v_pool, k_index, v_index, sl, scale, splits, parts=parts, **launch)
+        out, lse = gpu.cuda_decode(q, k_pool, v_pool, *maps[:2], sl, scale, splits, parts=parts, pages=maps[2], **launch)
     else:
-        out, lse = gpu.triton_decode(q, k_pool, v_pool, k_index, v_index, sl, scale, splits, parts=parts, **launch)
+        out, lse = gpu.triton_decode(q, k_pool, v_pool, *maps[:2], sl, scale, splits, parts=parts, pages=maps[2], **launch)
     torch.cuda.synchronize()
     assert not parts[0].isnan().any() and not parts[1].isnan().any()  # every split wrote its rows
     r_out, r_lse = ref.decode_attention(q, k_pool, v_pool, k_index, v_index, sl, scale)
@@ -80,6 +81,16 @@ def test_cuda_decode_matches_reference(case, splits, slots):
     check(case, splits, 1.0 / math.sqrt(case[3]) if splits != 3 else 0.07, kernel="cuda", slots=slots)
 
 
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"b{c[0]}-hq{c[1]}-hkv{c[2]}-d{c[3]}-{str(c[4])[6:]}-k{c[6]}-v{c[7]}")
+@pytest.mark.parametrize("kernel", ["triton", "cuda"])
+def test_decode_through_pages_matches_reference(case, kernel):
+    """A serving pool's maps [num_pages, H_kv] read in place through each sequence's pages (shuffled; the spare
+    pages hold wrong but real slots)."""
+    if kernel == "cuda" and not (cuda_decode.available() and cuda_case(case)):
+        pytest.skip("the CUDA kernel: nvcc, sm_80+, d 64 / 128, G <= 8")
+    check(case, 3, 0.07, kernel=kernel, paged_maps=True)
+
+
 @needs_cuda_kernel
 def test_cuda_decode_through_the_entry_point():
     gen = torch.Generator(device="cuda")
@@ -89,6 +100,10 @@ def test_cuda_decode_through_the_entry_point():
     assert gpu.cuda_decode_supported(q, k_index)
     out, lse = gpu.decode_attention(q, k_pool, v_pool, k_index, v_index, sl, kernel="cuda")
     r_out, r_lse = ref.decode_attention(q, k_pool, v_pool, k_index, v_index, sl)
+    assert rel_err(out, r_out) < 1e-2 and (lse - r_lse).abs().max().item() < 1e-2
+    k_map, v_map, pages = paged(k_index, v_index, gen)
+    assert gpu.decode_supported(q, k_pool, v_pool, k_map, pages) and gpu.cuda_decode_supported(q, k_map)
+    out, lse = gpu.decode_attention(q, k_pool, v_pool, k_map, v_map, sl, kernel="cuda", pages=pages)
     assert rel_err(out, r_out) < 1e-2 and (lse - r_lse).abs().max().item() < 1e-2
 
 

@@ -1,7 +1,7 @@
 """CPU: the Triton decode kernel under Triton's interpreter (TRITON_INTERPRET=1) vs the reference.
 
-The interpreter runs the kernel's own code on CPU tensors, so CI checks its indexing, masking,
-2:4 unpacking, online softmax and split combine on every path (dense / sparse / mixed pools,
+The interpreter runs the kernel's own code on CPU tensors, so CI checks its indexing (maps per sequence,
+or a pool's read through pages), masking, 2:4 unpacking, online softmax and split combine on every path (dense / sparse / mixed pools,
 GQA tiles 16 / 32 / 64, d 64 / 128 / 256), with the select form of the 2:4 unpacking (it cannot
 run PTX: the prmt form is checked on the GPU, test_kernels_gpu_decode.py, with bfloat16, which
 the interpreter lacks). The interpreter must be chosen before Triton decorates the kernel, hence a
@@ -28,7 +28,7 @@ CASES = [
 SCRIPT = r"""
 import json, math, sys, torch
 sys.path.insert(0, sys.argv[1])
-from kv_cases import make_case, rel_err
+from kv_cases import make_case, paged, rel_err
 from hs_kernels import attention as ref, gpu
 
 results = []
@@ -38,7 +38,11 @@ for batch, h_q, h_kv, d, dtype, seq_lens, p_k, p_v, splits in json.loads(sys.arg
     k_pool, v_pool, k_index, v_index, sl = make_case(batch, h_kv, d, seq_lens, p_k, p_v, dtype, gen, "cpu")
     q = torch.randn(batch, h_q, d, generator=gen).to(dtype)
     parts = (torch.full((batch, h_q, splits, d), float("nan")), torch.full((batch, h_q, splits), float("nan")))
-    out, lse = gpu.triton_decode(q, k_pool, v_pool, k_index, v_index, sl, 0.11, splits, parts=parts)
+    if len(results) % 2:  # every other case reads a pool's maps through its pages
+        k_map, v_map, pages = paged(k_index, v_index, gen)
+        out, lse = gpu.triton_decode(q, k_pool, v_pool, k_map, v_map, sl, 0.11, splits, parts=parts, pages=pages)
+    else:
+        out, lse = gpu.triton_decode(q, k_pool, v_pool, k_index, v_index, sl, 0.11, splits, parts=parts)
     r_out, r_lse = ref.decode_attention(q, k_pool, v_pool, k_index, v_index, sl, 0.11)
     results.append({"rel_err": rel_err(out, r_out), "lse_err": (lse - r_lse).abs().max().item(),
                     "parts_nan": bool(parts[0].isnan().any() or parts[1].isnan().any()),

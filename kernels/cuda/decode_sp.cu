@@ -175,13 +175,15 @@ __device__ __forceinline__ void shift_in(int (&entries)[N], int next) {
 
 // Pools: dense [slots, 64, D] elements; K sparse values [slots, 64, D / 2] and metadata [slots, 64, D / 16]
 // int16, V^T sparse values [slots, D, 32] and metadata [slots, D, 4] (hs_kernels.format), read as 32-bit words.
+// Index maps [B, h_kv, max_blocks]; or, where pages is not null, a pool's maps [num_pages, h_kv] whose row for block
+// j of sequence b is pages[b, j] (read in place: no gather of the maps per layer and step).
 template <int D, bool BF16, int SLOTS>
 __global__ void __launch_bounds__(32, 1) decode_sp_kernel(
     const uint16_t* __restrict__ q, const uint16_t* __restrict__ k_dense, const uint32_t* __restrict__ k_vals,
     const uint32_t* __restrict__ k_meta, const uint16_t* __restrict__ v_dense, const uint32_t* __restrict__ v_vals,
     const uint32_t* __restrict__ v_meta, const int32_t* __restrict__ k_index, const int32_t* __restrict__ v_index,
-    const int32_t* __restrict__ seq_lens, float* __restrict__ o_part, float* __restrict__ lse_part, float scale_log2,
-    int max_blocks, int splits, int h_kv, int group) {
+    const int32_t* __restrict__ pages, const int32_t* __restrict__ seq_lens, float* __restrict__ o_part,
+    float* __restrict__ lse_part, float scale_log2, int max_blocks, int splits, int h_kv, int group) {
     constexpr int KC = D / 32;  // k32 chunks of head_dim
     constexpr int MI = D / 16;  // 16-row tiles of V^T
     const int split = blockIdx.x, kv = blockIdx.y, b = blockIdx.z;
@@ -208,14 +210,18 @@ __global__ void __launch_bounds__(32, 1) decode_sp_kernel(
     for (int mi = 0; mi < MI; mi++)
         #pragma unroll
         for (int r = 0; r < 4; r++) o[mi][r] = 0.f;
-    const size_t index_row = ((size_t)b * h_kv + kv) * max_blocks;
+    const size_t index_row = pages ? (size_t)b * max_blocks : ((size_t)b * h_kv + kv) * max_blocks;
 
     extern __shared__ uint4 smem[];
     constexpr int OPERAND_BYTES = BS * D * 2;
     constexpr int AHEAD = SLOTS - 1;  // operands in flight while one is computed
     uint8_t* slots = reinterpret_cast<uint8_t*>(smem);
     const int operands = 2 * max(0, stop - start);
-    auto entry = [&](int n) { return n < operands ? ((n & 1) ? v_index : k_index)[index_row + start + (n >> 1)] : 0; };
+    auto entry = [&](int n) {
+        if (n >= operands) return 0;
+        const size_t j = index_row + start + (n >> 1);
+        return ((n & 1) ? v_index : k_index)[pages ? (size_t)pages[j] * h_kv + kv : j];
+    };
     auto slot = [&](int n) { return slots + (n % SLOTS) * OPERAND_BYTES; };
     int entries[AHEAD + 2];  // operands op .. op + AHEAD + 1: read two steps before their copy is issued
     #pragma unroll
@@ -392,14 +398,14 @@ int resident_per_sm() {
 template <int D, bool BF16, int SLOTS>
 cudaError_t launch(const void* q, const void* k_dense, const void* k_vals, const void* k_meta, const void* v_dense,
                    const void* v_vals, const void* v_meta, const int32_t* k_index, const int32_t* v_index,
-                   const int32_t* seq_lens, float* o_part, float* lse_part, float scale_log2, int batch, int max_blocks,
-                   int splits, int h_kv, int group, cudaStream_t stream) {
+                   const int32_t* pages, const int32_t* seq_lens, float* o_part, float* lse_part, float scale_log2,
+                   int batch, int max_blocks, int splits, int h_kv, int group, cudaStream_t stream) {
     if (const cudaError_t rc = configure<D, BF16, SLOTS>(); rc != cudaSuccess) return rc;
     decode_sp_kernel<D, BF16, SLOTS><<<dim3(splits, h_kv, batch), 32, smem_bytes<D, SLOTS>(), stream>>>(
         static_cast<const uint16_t*>(q), static_cast<const uint16_t*>(k_dense), static_cast<const uint32_t*>(k_vals),
         static_cast<const uint32_t*>(k_meta), static_cast<const uint16_t*>(v_dense),
-        static_cast<const uint32_t*>(v_vals), static_cast<const uint32_t*>(v_meta), k_index, v_index, seq_lens, o_part,
-        lse_part, scale_log2, max_blocks, splits, h_kv, group);
+        static_cast<const uint32_t*>(v_vals), static_cast<const uint32_t*>(v_meta), k_index, v_index, pages, seq_lens,
+        o_part, lse_part, scale_log2, max_blocks, splits, h_kv, group);
     return cudaGetLastError();
 }
 
@@ -412,14 +418,14 @@ cudaError_t launch(const void* q, const void* k_dense, const void* k_vals, const
 // 0 on success, else a cudaError_t; 1000 for an unsupported (head_dim, dtype, slots).
 extern "C" int hs_decode_sp(int head_dim, int bf16, int slots, const void* q, const void* k_dense, const void* k_vals,
                             const void* k_meta, const void* v_dense, const void* v_vals, const void* v_meta,
-                            const int32_t* k_index, const int32_t* v_index, const int32_t* seq_lens, float* o_part,
-                            float* lse_part, float scale_log2, int batch, int max_blocks, int splits, int h_kv,
-                            int group, void* stream) {
+                            const int32_t* k_index, const int32_t* v_index, const int32_t* pages,
+                            const int32_t* seq_lens, float* o_part, float* lse_part, float scale_log2, int batch,
+                            int max_blocks, int splits, int h_kv, int group, void* stream) {
     auto s = static_cast<cudaStream_t>(stream);
 #define HS_LAUNCH(D, B, S)                                                                                            \
     if (head_dim == D && (bf16 != 0) == B && slots == S)                                                             \
-        return launch<D, B, S>(q, k_dense, k_vals, k_meta, v_dense, v_vals, v_meta, k_index, v_index, seq_lens, o_part, \
-                               lse_part, scale_log2, batch, max_blocks, splits, h_kv, group, s);
+        return launch<D, B, S>(q, k_dense, k_vals, k_meta, v_dense, v_vals, v_meta, k_index, v_index, pages, seq_lens, \
+                               o_part, lse_part, scale_log2, batch, max_blocks, splits, h_kv, group, s);
     HS_VARIANTS(HS_LAUNCH)
 #undef HS_LAUNCH
     return 1000;
