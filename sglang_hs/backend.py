@@ -60,9 +60,9 @@ class ExtendSeq(NamedTuple):
 
 class DecodeStep(NamedTuple):
     """What every layer of a decode step reads the same way (``_decode_metadata``): each sequence's int32 block pages
-    ``[B, max_blocks]`` (the decode kernels read each layer's index maps through them), int32 sequence lengths ``[B]``; with streaming groups, stream rows ``[B, span]``, int32 key
-    positions ``[B, span]`` and their ``stream_key_blocks`` (lowest, highest ``[B, span / 64]``), int32 query
-    positions ``[B, 1]`` (else None)."""
+    ``[B, max_blocks]`` (the decode kernels read each layer's index maps through them), int32 sequence lengths
+    ``[B]``; with streaming groups, stream rows ``[B, span]``, int32 key positions ``[B, span]`` and their
+    ``stream_key_blocks`` (lowest, highest ``[B, span / 64]``), int32 query positions ``[B, 1]`` (else None)."""
     pages: torch.Tensor
     seq_lens: torch.Tensor
     stream_rows: torch.Tensor | None = None
@@ -259,9 +259,8 @@ class HSAttnBackend(AttentionBackend):
         if max_blocks is None:
             max_blocks = -(-int(forward_batch.seq_lens_cpu.max()) // BLOCK_SIZE)
         live = (seq_lens > self.get_cuda_graph_seq_len_fill_value())[:, None]
-        pages = req_to_token[rows, :max_blocks * BLOCK_SIZE:BLOCK_SIZE].long() // BLOCK_SIZE
+        pages = req_to_token[rows, :max_blocks * BLOCK_SIZE:BLOCK_SIZE] // BLOCK_SIZE  # int32, as the kernels take it
         pages = torch.where(live, pages.clamp_(0, self.pool.num_pages - 1), 0)  # rows past a sequence's end are not read
-        pages = pages.to(torch.int32)
         if not self.pool.has_stream:
             return DecodeStep(pages, seq_lens.to(torch.int32))
         sink = self.sink_end
