@@ -82,13 +82,16 @@ def test_cuda_decode_matches_reference(case, splits, slots):
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"b{c[0]}-hq{c[1]}-hkv{c[2]}-d{c[3]}-{str(c[4])[6:]}-k{c[6]}-v{c[7]}")
-@pytest.mark.parametrize("kernel", ["triton", "cuda"])
-def test_decode_through_pages_matches_reference(case, kernel):
+@pytest.mark.parametrize("kernel", ["triton", "cuda 3", "cuda 4"])
+@pytest.mark.parametrize("splits", [1, 3])
+def test_decode_through_pages_matches_reference(case, kernel, splits):
     """A serving pool's maps [num_pages, H_kv] read in place through each sequence's pages (shuffled; the spare
-    pages hold wrong but real slots)."""
-    if kernel == "cuda" and not (cuda_decode.available() and cuda_case(case)):
+    pages hold wrong but real slots). One split walks up to 79 blocks: the CUDA kernel's pages, read 32 blocks at
+    a time, cross two chunks; "cuda N": N operand slots."""
+    if kernel != "triton" and not (cuda_decode.available() and cuda_case(case)):
         pytest.skip("the CUDA kernel: nvcc, sm_80+, d 64 / 128, G <= 8")
-    check(case, 3, 0.07, kernel=kernel, paged_maps=True)
+    launch = {"kernel": "cuda", "slots": int(kernel[-1])} if kernel != "triton" else {}
+    check(case, splits, 0.07, paged_maps=True, **launch)
 
 
 @needs_cuda_kernel
