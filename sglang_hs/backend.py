@@ -93,6 +93,7 @@ class HSAttnBackend(AttentionBackend):
         self._width = None  # its block width: the longest sequence's (eager), or every graph's fixed one
         self._graph_width = None  # CUDA graphs' (init_cuda_graph_state)
         self._extend: list[ExtendSeq] = []  # per extend, likewise (_extend_metadata)
+        self._prefilled: dict[int, int] = {}  # the last extend's rows -> tokens (_decode_bookkeeping)
 
     def init_forward_metadata(self, forward_batch):
         """Eager forward. Before an extend: protect the streaming pages each request reads (its
@@ -104,11 +105,14 @@ class HSAttnBackend(AttentionBackend):
             rows = forward_batch.req_pool_indices.tolist()
             req_to_token = self.req_to_token_pool.req_to_token
             self._extend = []
+            self._prefilled = {}
             start = 0
             for row, p, t in zip(rows, forward_batch.extend_prefix_lens_cpu, forward_batch.extend_seq_lens_cpu):
                 p, t = int(p), int(t)
                 locs = req_to_token[row, :p + t].long()
                 self.pool.register_window(row, locs, p, p + t)
+                self.pool.forget_row(row)
+                self._prefilled[row] = p + t
                 self._extend.append(self._extend_metadata(locs, start, p, t))
                 start += t
         elif mode.is_decode():
@@ -116,14 +120,24 @@ class HSAttnBackend(AttentionBackend):
             self._width = None
 
     def _decode_bookkeeping(self, forward_batch):
-        """A sequence whose last page just filled compresses what left its window and gives back
-        streaming pages no query can see (host work: outside any CUDA graph)."""
+        """A sequence whose last page just filled compresses what left its window and gives back streaming pages no
+        query can see; one whose prefill was the last forward compresses its prompt as the radix cache will once the
+        prefill's results are processed (with the first output token counted), which under the overlap scheduler
+        comes after this step's launch: cached and cold prompts then decode alike. Host work, outside any CUDA
+        graph; the rows are read from the GPU only on such steps."""
+        lens = forward_batch.seq_lens_cpu.tolist()
+        prefilled, self._prefilled = self._prefilled, {}
+        filled = [n - 1 >= BLOCK_SIZE and (n - 1) % BLOCK_SIZE == 0 for n in lens]
+        if not prefilled and not any(filled):
+            return
         req_to_token = self.req_to_token_pool.req_to_token
-        for row, n in zip(forward_batch.req_pool_indices.tolist(), forward_batch.seq_lens_cpu.tolist()):
-            done = n - 1  # tokens stored before this step's token
-            if done >= BLOCK_SIZE and done % BLOCK_SIZE == 0:
+        for row, n, page_filled in zip(forward_batch.req_pool_indices.tolist(), lens, filled):
+            if prefilled.get(row) == n - 1:
+                self.pool.compress_row(row, req_to_token[row, :n].long(), n)
+            if page_filled:
+                done = n - 1  # tokens stored before this step's token
                 locs = req_to_token[row, :done].long()
-                self.pool.compress_sequence(locs, done)
+                self.pool.compress_row(row, locs, done)
                 self.pool.trim_stream(row, locs, done, running=True)
 
     # ---- CUDA graphs (decode only; the plugin turns prefill graphs off) ----

@@ -158,6 +158,7 @@ class HSKVPool(KVCache):
         self.pinned = torch.zeros(self.num_pages, dtype=torch.bool, device=device)  # windows before branch points
         self.write_errors = torch.zeros(1, dtype=torch.int32, device=device)  # set by writes to pages without slots
         self.live_by_row: dict[int, torch.Tensor] = {}
+        self.compressed_at: dict[int, int] = {}  # compress_row's memo: row -> tokens at its last call
         self.layers = [LayerStore(settings, self.start_layer + i, self.num_pages, stream_slots, head_dim, dtype, device)
                        for i in range(layer_num)]
         # compress_sequence stacks the retrieval layers' maps: where each layer's rows start, each row's group
@@ -189,6 +190,7 @@ class HSKVPool(KVCache):
         self.live.zero_()
         self.pinned.zero_()
         self.live_by_row.clear()
+        self.compressed_at.clear()
         self.on_alloc_pages(torch.tensor([0]))  # the dummy page is always writable
 
     def free_dense_pages(self) -> int:
@@ -283,6 +285,18 @@ class HSKVPool(KVCache):
             return locs.numel()
         stored = self.stream_index[locs[::BLOCK_SIZE] // BLOCK_SIZE] != NO_BLOCK
         return reusable_pages(stored.cpu(), self.settings.sink_tokens, self.settings.window_tokens) * BLOCK_SIZE
+
+    def compress_row(self, row: int, locs: torch.Tensor, num_tokens: int) -> int:
+        """``compress_sequence`` for req_to_token ``row``, once per length: under the overlap scheduler a request's
+        first decode step compresses its prompt before the radix cache's call for it (which then moves nothing, and
+        costs no sync). ``forget_row`` when the row's tokens change otherwise (an extend)."""
+        if self.compressed_at.get(row) == num_tokens:
+            return 0
+        self.compressed_at[row] = num_tokens
+        return self.compress_sequence(locs, num_tokens)
+
+    def forget_row(self, row: int):
+        self.compressed_at.pop(row, None)
 
     @record_function("hs.compress_sequence")
     def compress_sequence(self, locs: torch.Tensor, num_tokens: int) -> int:

@@ -39,7 +39,7 @@ class HSRadixCache(RadixCache):
 
     def _compress(self, req, num_tokens: int):
         locs = self.req_to_token_pool.req_to_token[req.req_pool_idx, :num_tokens].long()
-        self.stats.blocks_compressed += self.pool.compress_sequence(locs, num_tokens)
+        self.stats.blocks_compressed += self.pool.compress_row(req.req_pool_idx, locs, num_tokens)
 
     @record_function("hs.match_prefix")
     def match_prefix(self, params):

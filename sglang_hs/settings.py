@@ -99,7 +99,7 @@ fraction_or_auto.__name__ = "a fraction or 'auto'"
 
 
 def auto_reserve_pages(chunk_tokens: int, running_requests: int, sink: int, window: int) -> int:
-    """Dense/stream pages that one prefill chunk (dense until compressed, streamed until trimmed)
+    """Dense/stream pages that ``chunk_tokens`` of prefill (dense until compressed, streamed until trimmed)
     and ``running_requests`` requests' sinks, windows and open pages hold at once."""
     pages = lambda n: -(-n // BLOCK_SIZE)  # noqa: E731
     return pages(chunk_tokens) + 1 + running_requests * (pages(sink) + pages(window) + 2)
@@ -113,7 +113,7 @@ FLAGS = {
     "--hs-decode-sv": ("decode_sv", float, "block sparsity of V in the cache (decode), in [0, 1]"),
     "--hs-sink-tokens": ("sink_tokens", int, "dense sink tokens (streaming groups see only sink + window)"),
     "--hs-window-tokens": ("window_tokens", int, "dense recent-window tokens"),
-    "--hs-dense-reserve": ("dense_reserve", fraction_or_auto, "extra dense block and stream page capacity (sinks, windows, blocks awaiting compression or trimming): 'auto' (default: one prefill chunk plus the sinks and windows of --max-running-requests requests; hs sets that to 32 when unset) or a fraction of the pool"),
+    "--hs-dense-reserve": ("dense_reserve", fraction_or_auto, "extra dense block and stream page capacity (sinks, windows, blocks awaiting compression or trimming): 'auto' (default: two prefill chunks, one without the overlap scheduler, plus the sinks and windows of --max-running-requests requests; hs sets that to 32 when unset) or a fraction of the pool"),
     "--hs-stream-checkpoint": ("stream_checkpoint", int, "streaming groups keep their window before every multiple of this many tokens (a multiple of 64, >= window); a cached prefix is reused up to the last such point"),
     "--hs-decode-kernel": ("decode_kernel", str, "retrieval decode kernel on CUDA: 'auto' (default: 'cuda' where it applies, else 'triton'), 'cuda' (sparse tensor cores, mma.sp; built with the machine's nvcc; head_dim 64/128, at most 8 query heads per KV head) or 'triton'"),
     "--hs-recipe": ("recipe", str, "recipe name in recipes/ or a path to a recipe JSON (default: by model type)"),

@@ -1,6 +1,7 @@
 """Bad configurations give one-line errors before anything starts (launcher and ServerArgs checks)."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -127,3 +128,68 @@ def test_a_failing_warmup_is_logged_and_the_server_starts(monkeypatch):
     asyncio.run(warmup.hs_prefill("null", manager))
     assert warnings == ["hs: hs_prefill warm-up failed (ValueError: refused 576 tokens); the first requests will "
                         "compile their kernels"]
+
+
+@pytest.mark.parametrize("disable_overlap, chunks", [(True, 1), (False, 2)])
+def test_auto_reserve_holds_the_prefill_chunks_in_flight(prepared, monkeypatch, disable_overlap, chunks):
+    """Under the overlap scheduler a prefill is compressed after the next batch is formed: two chunks are dense."""
+    from types import SimpleNamespace
+
+    from sglang_hs import plugin
+    from sglang_hs.settings import auto_reserve_pages
+
+    monkeypatch.setattr(plugin, "_settings", None)
+    args = SimpleNamespace(model_path=prepared, page_size=64, chunked_prefill_size=1024, context_length=None,
+                           max_running_requests=4, disable_overlap_schedule=disable_overlap)
+    s = plugin.settings_for(args)
+    assert s.auto_reserve_pages == auto_reserve_pages(chunks * 1024, 4, s.sink_tokens, s.window_tokens)
+    assert s.auto_reserve_pages - auto_reserve_pages(1024, 4, s.sink_tokens, s.window_tokens) == (chunks - 1) * 16
+
+
+class _Stream:
+    def __init__(self):
+        self.waits = []
+
+    def wait_event(self, event):
+        self.waits.append(("event", event))
+
+    def wait_stream(self, stream):
+        self.waits.append(("stream", stream))
+
+
+@pytest.mark.parametrize("backend, wait", [("hs", ("stream", "forward")), ("triton", ("event", "snapshot"))])
+def test_results_wait_for_the_whole_forward_under_hs(prepared, backend, wait):
+    """SGLang's own barrier (hooked by the registered plugin), called after a decode graph's launch: with hs the
+    schedule stream waits for the whole forward, not the graph's input snapshot; other backends keep the fast path."""
+    from types import SimpleNamespace
+
+    from sglang.srt.managers.scheduler import Scheduler
+    from sglang.srt.plugins.hook_registry import HookRegistry
+
+    from sglang_hs import plugin
+
+    plugin.register()
+    HookRegistry.apply_hooks()  # as SGLang does at start-up; idempotent
+    runner = SimpleNamespace(war_fastpath_read_done_event="snapshot")
+    scheduler = SimpleNamespace(_war_barrier_enabled=True, model_worker=SimpleNamespace(war_fastpath_runner=runner),
+                                schedule_stream=_Stream(), forward_stream="forward",
+                                server_args=SimpleNamespace(attention_backend=backend))
+    Scheduler._apply_war_barrier(scheduler)
+    assert scheduler.schedule_stream.waits == [wait]
+    assert runner.war_fastpath_read_done_event is None
+
+
+@pytest.mark.parametrize("given, expect", [(None, "1"), ("0", "0")])
+def test_consecutive_prefills_are_not_overlapped_unless_the_user_says(prepared, monkeypatch, given, expect):
+    from types import SimpleNamespace
+
+    from sglang_hs import plugin
+
+    if given is None:
+        monkeypatch.delenv(plugin.CONSECUTIVE_PREFILL_OVERLAP, raising=False)
+    else:
+        monkeypatch.setenv(plugin.CONSECUTIVE_PREFILL_OVERLAP, given)
+    args = SimpleNamespace(attention_backend="hs", radix_cache_backend=None, page_size=None, model_path=prepared,
+                           tp_size=1, max_running_requests=None, warmups=None, device="cpu")
+    plugin._check_server_args(args)
+    assert os.environ[plugin.CONSECUTIVE_PREFILL_OVERLAP] == expect

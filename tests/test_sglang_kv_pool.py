@@ -123,3 +123,25 @@ def test_layers_with_different_retrieval_groups_compress_each_to_the_pruner():
             sparse, mask = hk.prune_blocks(blocks, op, n, 1.0, SINK, WINDOW)
             assert torch.equal(index < 0, sparse)
             assert torch.equal(got, torch.where(sparse[..., None, None] & ~mask, 0.0, blocks))
+
+
+def test_compress_row_compresses_once_per_length_until_forgotten(monkeypatch):
+    """A prompt compressed by its first decode step is not compressed again by the radix cache's call at the same
+    length (no second selection, no sync); a new length or an extend on the row (forget_row) compresses again."""
+    gen = torch.Generator().manual_seed(7)
+    pool = make_pool(1.0, 1.0)
+    locs, _ = fill(pool, 1000, gen)
+    calls = []
+    compress = pool.compress_sequence
+    monkeypatch.setattr(pool, "compress_sequence", lambda l, n: calls.append(n) or compress(l, n))
+    moved = pool.compress_row(3, locs, 1000)
+    assert moved > 0 and calls == [1000]
+    assert pool.compress_row(3, locs, 1000) == 0 and calls == [1000]
+    pool.compress_row(5, locs, 1000)  # another row: its own memo
+    pool.forget_row(3)
+    pool.compress_row(3, locs, 1000)
+    pool.compress_row(3, locs, 999)
+    assert calls == [1000, 1000, 1000, 999]
+    pool.reset_slots()
+    pool.compress_row(5, locs, 1000)
+    assert calls[-1] == 1000 and len(calls) == 5
