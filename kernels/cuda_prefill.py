@@ -8,7 +8,7 @@ exceeds (Cauchy-Schwarz), less ``OFFSET_HEADROOM``. Its exponentials flush to ze
 all lie far below its offset would lose them: the kernel marks the rows whose sum of exponentials ends below
 2^-``UNDERFLOW_GAP`` (a NaN log-sum-exp), and those are recomputed on the GPU with a running maximum (``rescue``).
 
-Built per GQA ratio (macro ``HS_G``) for sm_90a with the machine's nvcc on first use (``nvcc.library``) and loaded
+Built per GQA ratio and head_dim (macros ``HS_G``, ``HS_D``) for sm_90a with the machine's nvcc on first use (``nvcc.library``) and loaded
 with ctypes. ``$HS_CUDA_PREFILL_SOURCE`` names another source to build instead (a candidate version, benchmarked
 against the shipped one in the same device call).
 """
@@ -28,7 +28,7 @@ from . import nvcc
 from .format import BLOCK_SIZE
 
 SOURCE = Path(os.environ.get("HS_CUDA_PREFILL_SOURCE") or Path(__file__).with_name("cuda") / "prefill_sp.cu")
-HEAD_DIM = 128
+HEAD_DIMS = (64, 128)
 ROWS = 64  # query rows per consumer warpgroup: 64 / G tokens x the G query heads of one KV head
 CONSUMERS = 3  # consumer warpgroups per CTA (the source's HS_CONSUMERS)
 # Scores more than about 24 (log2) below a row's largest add nothing a bf16 output keeps, and a row's sum of
@@ -50,8 +50,9 @@ def available() -> bool:
 
 
 def fits(head_dim: int, group: int) -> bool:
-    """Whether the kernel has a build for this head_dim and GQA ratio (query heads per KV head): 128, a divisor of 64."""
-    return head_dim == HEAD_DIM and group > 0 and ROWS % group == 0
+    """Whether the kernel has a build for this head_dim and GQA ratio (query heads per KV head): 64 or 128, a divisor of
+    64 (1 or even)."""
+    return head_dim in HEAD_DIMS and group > 0 and ROWS % group == 0
 
 
 def supports(q: torch.Tensor, h_kv: int) -> bool:
@@ -63,9 +64,10 @@ def supports(q: torch.Tensor, h_kv: int) -> bool:
 
 
 @functools.lru_cache(maxsize=None)
-def library(group: int, defines: tuple[str, ...] = ()) -> ctypes.CDLL:
-    """The kernel for ``group`` query heads per KV head (``defines``: more macros, e.g. the source's ablations)."""
-    lib = ctypes.CDLL(str(nvcc.library(SOURCE, "sm_90a", (f"HS_G={group}", *defines))))
+def library(group: int, head_dim: int = 128, defines: tuple[str, ...] = ()) -> ctypes.CDLL:
+    """The kernel for ``group`` query heads per KV head at ``head_dim`` (``defines``: more macros, e.g. the source's
+    ablations)."""
+    lib = ctypes.CDLL(str(nvcc.library(SOURCE, "sm_90a", (f"HS_G={group}", f"HS_D={head_dim}", *defines))))
     p, i = ctypes.c_void_p, ctypes.c_int
     lib.hs_prefill_sp.restype = i
     lib.hs_prefill_sp.argtypes = [p] * 8 + [i, i] + [p] * 3 + [i] * 4 + [ctypes.c_float, i] + [ctypes.c_float] * 2 + [p]
@@ -75,18 +77,19 @@ def library(group: int, defines: tuple[str, ...] = ()) -> ctypes.CDLL:
 
 
 @functools.lru_cache(maxsize=None)
-def resident(group: int, k_dense: bool = False) -> int:
-    """CTAs of the attention kernel per SM (the occupancy calculator on the ``group`` build)."""
-    return max(1, library(group).hs_prefill_sp_resident(int(k_dense)))
+def resident(group: int, k_dense: bool = False, head_dim: int = 128) -> int:
+    """CTAs of the attention kernel per SM (the occupancy calculator on the ``group``, ``head_dim`` build)."""
+    return max(1, library(group, head_dim).hs_prefill_sp_resident(int(k_dense)))
 
 
 @functools.lru_cache(maxsize=None)
-def built(group: int) -> bool:
-    """``available()`` and the library for ``group`` builds and loads here; a failed build is reported once."""
+def built(group: int, head_dim: int = 128) -> bool:
+    """``available()`` and the library for ``group`` and ``head_dim`` builds and loads here; a failed build is reported
+    once."""
     if not available():
         return False
     try:
-        library(group)
+        library(group, head_dim)
     except (RuntimeError, OSError) as e:
         warnings.warn(f"the CUDA prefill kernel does not build here, another path is used: {e}", stacklevel=2)
         return False
@@ -102,7 +105,7 @@ def ctas(t: int, h_q: int, h_kv: int) -> int:
 
 class SparseBlocks(NamedTuple):
     """One operand's blocks, every one 2:4: entries ``index [H_kv, nb]`` (``~slot``) into a pool's ``values`` (K:
-    ``[slots, 64, 64]``, V: ``[slots, 128, 32]``) and ``meta`` (int16)."""
+    ``[slots, 64, D / 2]``, V: ``[slots, D, 32]``) and ``meta`` (int16)."""
 
     values: torch.Tensor
     meta: torch.Tensor
@@ -112,12 +115,12 @@ class SparseBlocks(NamedTuple):
 def attend(q: torch.Tensor, k: SparseBlocks | torch.Tensor, v: SparseBlocks, scale: float, q_pos0: int | None = None,
            out: torch.Tensor | None = None, lse: torch.Tensor | None = None, fallback: bool = True,
            defines: tuple[str, ...] = ()) -> tuple[torch.Tensor, torch.Tensor]:
-    """Attention of ``q [T, H_q, 128]`` (bf16, on an sm_90 GPU: ``supports``) over the ``64 nb`` tokens whose V blocks
-    are ``v``'s (2:4) and whose keys are ``k``: 2:4 blocks too, or the dense keys ``[64 nb, H_kv, 128]`` (bf16).
+    """Attention of ``q [T, H_q, D]`` (bf16, D 64 or 128, on an sm_90 GPU: ``supports``) over the ``64 nb`` tokens whose V
+    blocks are ``v``'s (2:4) and whose keys are ``k``: 2:4 blocks too, or the dense keys ``[64 nb, H_kv, D]`` (bf16).
 
     q_pos0: None, every query sees every key; else query ``i`` sits at position ``q_pos0 + i`` of the sequence and sees
     the keys at or before it (``0 <= q_pos0``, ``q_pos0 + T <= 64 nb``).
-    Returns ``out [T, H_q, 128]`` bf16 and ``lse [T, H_q]`` float32 (natural log), into the buffers given if any.
+    Returns ``out [T, H_q, D]`` bf16 and ``lse [T, H_q]`` float32 (natural log), into the buffers given if any.
     fallback: recompute the rows whose static offset lay too far above their scores (``UNDERFLOW_GAP``); False only
     to see what the kernel alone gives (those rows' ``lse`` then is NaN). Raises ValueError on an entry that is not a
     2:4 slot of its pool, or dense keys of another length."""
@@ -180,7 +183,7 @@ def launch(q, k: SparseBlocks | torch.Tensor, v: SparseBlocks, scale: float, q_p
     """The library's kernels on ``attend``'s contiguous arguments, no host sync: the longest key of each KV head into
     the returned ``work [H_kv + 1]`` int32 (float bits), ``work[H_kv]`` set to 1 where an index entry is not a 2:4 slot
     of its pool (nothing else is then done), then the attention. ``splits`` (without a mask; 1 to ``nb``): the blocks in
-    that many consecutive parts, part ``z`` attended into ``out[z]`` / ``lse[z]`` (``out [splits, T, H_q, 128]``, ``lse
+    that many consecutive parts, part ``z`` attended into ``out[z]`` / ``lse[z]`` (``out [splits, T, H_q, D]``, ``lse
     [splits, T, H_q]``, to be merged by log-sum-exp). ``flag``: rows whose sum of exponentials underflowed get a NaN
     ``lse``; False: a part keeps what it summed (out 0, lse -inf where nothing), for callers that look at the merged
     ``lse`` (``rescue``)."""
@@ -195,7 +198,7 @@ def launch(q, k: SparseBlocks | torch.Tensor, v: SparseBlocks, scale: float, q_p
     dense = isinstance(k, torch.Tensor)
     k_ptrs = (k.data_ptr(), None, None, None, 0) if dense else (
         None, k.values.data_ptr(), k.meta.data_ptr(), k.index.data_ptr(), k.values.shape[0])
-    rc = library(h_q // h_kv, defines).hs_prefill_sp(
+    rc = library(h_q // h_kv, d, defines).hs_prefill_sp(
         q.data_ptr(), *k_ptrs[:3], v.values.data_ptr(), v.meta.data_ptr(), k_ptrs[3], v.index.data_ptr(), k_ptrs[4],
         v.values.shape[0], work.data_ptr(), out.data_ptr(), lse.data_ptr(), t, h_kv, nb, splits, scale * LOG2E,
         -1 if q_pos0 is None else q_pos0, 2.0 ** -UNDERFLOW_GAP if flag else 0.0, OFFSET_HEADROOM,

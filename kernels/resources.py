@@ -230,20 +230,22 @@ def cuda_decode_usage() -> list[Usage]:
     return [Usage(f"cuda decode {_instantiation(n)}", regs, spills, None) for n, (regs, spills) in zip(names, _parse(log))]
 
 
-def cuda_prefill_usage(groups=(1, 2, 4, 8, 16, 64)) -> list[Usage]:
-    """The CUDA Trans-Both prefill's attention kernel, 2:4 and dense keys, at each GQA ratio (a library per ratio)."""
+def cuda_prefill_usage(groups=(1, 2, 4, 8, 16, 64), head_dims=(128, 64)) -> list[Usage]:
+    """The CUDA Trans-Both prefill's attention kernel, 2:4 and dense keys, at each GQA ratio and head_dim (a library per
+    pair; head_dim 128 unnamed)."""
     from . import cuda_prefill, nvcc
 
     out = []
     with tempfile.TemporaryDirectory() as tmp:
-        for g in groups:
-            log = _ptxas_log(nvcc.command(cuda_prefill.SOURCE, f"sm_{ARCH}a", Path(tmp) / "k.cubin", "-cubin",
-                                          "-Xptxas", "-v", defines=(f"HS_G={g}",)))
-            names = re.findall(r"Compiling entry function '(\S+)'", log)
-            for name, (regs, spills) in zip(names, _parse(log)):
-                if "trans_both_sp" in name:
-                    out.append(Usage(f"cuda prefill G{g} K {'dense' if 'ILb1E' in name else 'sparse'}", regs, spills,
-                                     None))
+        for d in head_dims:
+            for g in groups:
+                log = _ptxas_log(nvcc.command(cuda_prefill.SOURCE, f"sm_{ARCH}a", Path(tmp) / "k.cubin", "-cubin",
+                                              "-Xptxas", "-v", defines=(f"HS_G={g}", f"HS_D={d}")))
+                names = re.findall(r"Compiling entry function '(\S+)'", log)
+                for name, (regs, spills) in zip(names, _parse(log)):
+                    if "trans_both_sp" in name:
+                        keys = "dense" if "ILb1E" in name else "sparse"
+                        out.append(Usage(f"cuda prefill{'' if d == 128 else f' d{d}'} G{g} K {keys}", regs, spills, None))
     return out
 
 

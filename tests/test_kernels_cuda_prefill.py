@@ -115,14 +115,16 @@ def test_compressed_prefill_rejects_mismatched_chunk_keys():
         gpu.prefill_compressed_attention(q, k[:32], v, chunk)
 
 
-@pytest.mark.parametrize("group", [1, 4, 16])
-def test_kernel_builds_for_hopper(group, tmp_path):
-    """The source compiles for sm_90a at these GQA ratios with the machine's nvcc (no GPU needed), once."""
+@pytest.mark.parametrize("group, head_dim", [(1, 128), (4, 128), (16, 128), (4, 64)])
+def test_kernel_builds_for_hopper(group, head_dim, tmp_path):
+    """The source compiles for sm_90a at these GQA ratios and head_dims with the machine's nvcc (no GPU needed), once."""
     if nvcc.find() is None:
         pytest.skip("no nvcc on this machine")
-    so = nvcc.library(cuda_prefill.SOURCE, "sm_90a", (f"HS_G={group}",), tmp_path)
+    defines = (f"HS_G={group}", f"HS_D={head_dim}")
+    so = nvcc.library(cuda_prefill.SOURCE, "sm_90a", defines, tmp_path)
     assert so.exists() and so.stat().st_size > 0 and list(tmp_path.iterdir()) == [so]
-    assert nvcc.library(cuda_prefill.SOURCE, "sm_90a", (f"HS_G={group}",), tmp_path) == so
+    assert nvcc.library(cuda_prefill.SOURCE, "sm_90a", defines, tmp_path) == so
+
 
 
 PREFIX_BLOCKS = r"""
@@ -228,9 +230,10 @@ def test_auto_rule_takes_long_prefixes_from_fewer_pairs():
     assert worth(8192, 1 << 14, given=True) and not worth(8191, 1 << 14, given=True)  # shorter prefixes: as before
 
 
-def test_builds_exist_for_head_dim_128_and_gqa_ratios_dividing_64():
-    assert all(cuda_prefill.fits(128, g) for g in (1, 2, 4, 8, 16, 32, 64))
-    assert not any(cuda_prefill.fits(128, g) for g in (0, 3, 7, 128)) and not cuda_prefill.fits(64, 4)
+def test_builds_exist_for_head_dims_64_128_and_gqa_ratios_dividing_64():
+    assert all(cuda_prefill.fits(d, g) for d in (64, 128) for g in (1, 2, 4, 8, 16, 32, 64))
+    assert not any(cuda_prefill.fits(d, g) for d in (64, 128) for g in (0, 3, 7, 128))
+    assert not any(cuda_prefill.fits(d, 4) for d in (32, 96, 256))
 
 
 def test_ctas_per_launch():

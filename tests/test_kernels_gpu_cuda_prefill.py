@@ -1,5 +1,5 @@
-"""GPU: the CUDA Trans-Both prefill on the sparse tensor cores (cuda/prefill_sp.cu, sm_90: bf16, d 128, GQA ratios
-dividing 64) vs the float32 oracle on the decompressed pools, without a mask and causally; the rows that would
+"""GPU: the CUDA Trans-Both prefill on the sparse tensor cores (cuda/prefill_sp.cu, sm_90: bf16, d 64 / 128, GQA
+ratios dividing 64) vs the float32 oracle on the decompressed pools, without a mask and causally; the rows that would
 underflow recomputed; ``gpu.prefill_compressed_attention`` running it. Fresh random inputs every run, slots shuffled,
 outputs poisoned with NaN before each launch and checked fully written."""
 
@@ -20,37 +20,46 @@ D = 128
 
 
 CASES = [
-    # (query tokens, sequence tokens, h_kv, GQA ratio, q_pos0: None = no mask, K: "sparse" blocks or "dense" keys)
-    (16, 64, 1, 4, None, "sparse"),
-    (40, 192, 1, 4, 152, "sparse"),
-    (40, 192, 1, 4, 76, "sparse"),
-    (333, 2048, 8, 4, 857, "sparse"),
-    (512, 512, 2, 4, 0, "sparse"),  # one shot
-    (50, 640, 2, 1, 590, "sparse"),
-    (100, 1024, 2, 2, 0, "sparse"),
-    (70, 256, 4, 8, 186, "sparse"),
-    (20, 512, 1, 16, None, "sparse"),
-    (9, 320, 1, 64, 300, "sparse"),
-    (16, 64, 1, 4, None, "dense"),
-    (333, 2048, 8, 4, 857, "dense"),
-    (512, 512, 2, 4, 0, "dense"),
-    (50, 640, 2, 1, 590, "dense"),
-    (70, 256, 4, 8, None, "dense"),
+    # (query tokens, sequence tokens, h_kv, GQA ratio, q_pos0: None = no mask, K: "sparse" blocks or "dense" keys, d)
+    (16, 64, 1, 4, None, "sparse", 128),
+    (40, 192, 1, 4, 152, "sparse", 128),
+    (40, 192, 1, 4, 76, "sparse", 128),
+    (333, 2048, 8, 4, 857, "sparse", 128),
+    (512, 512, 2, 4, 0, "sparse", 128),  # one shot
+    (50, 640, 2, 1, 590, "sparse", 128),
+    (100, 1024, 2, 2, 0, "sparse", 128),
+    (70, 256, 4, 8, 186, "sparse", 128),
+    (20, 512, 1, 16, None, "sparse", 128),
+    (9, 320, 1, 64, 300, "sparse", 128),
+    (16, 64, 1, 4, None, "dense", 128),
+    (333, 2048, 8, 4, 857, "dense", 128),
+    (512, 512, 2, 4, 0, "dense", 128),
+    (50, 640, 2, 1, 590, "dense", 128),
+    (70, 256, 4, 8, None, "dense", 128),
+    # d 64: one 64-byte swizzle atom per 2:4 key row, one 64-element atom of Q^T and of dense keys, one m-tile of O^T
+    (16, 64, 1, 4, None, "sparse", 64),
+    (333, 2048, 8, 4, 857, "sparse", 64),
+    (512, 512, 2, 4, 0, "sparse", 64),
+    (50, 640, 2, 1, 590, "sparse", 64),
+    (9, 320, 1, 64, 300, "sparse", 64),
+    (20, 512, 1, 16, None, "sparse", 64),
+    (333, 2048, 8, 4, 857, "dense", 64),
+    (70, 256, 4, 8, None, "dense", 64),
 ]
 
 
-def fresh_inputs(t, seq, h_kv, group, k_kind="sparse"):
+def fresh_inputs(t, seq, h_kv, group, k_kind="sparse", d=D):
     """q, then K (2:4 blocks, slots shuffled, or dense keys [seq, h_kv, d]) and V (2:4 blocks), and both dense
     [h_kv, seq, d] for the oracle."""
     gen = torch.Generator(device="cuda")
     gen.seed()
-    k_pool, v_pool, k_index, v_index = make_prefix(h_kv, D, seq, 1.0, 1.0, torch.bfloat16, gen)
+    k_pool, v_pool, k_index, v_index = make_prefix(h_kv, d, seq, 1.0, 1.0, torch.bfloat16, gen)
     used = seq // 64
     k_index, v_index = k_index[:, :used].contiguous(), v_index[:, :used].contiguous()
-    q = torch.randn(t, h_kv * group, D, generator=gen, device="cuda").to(torch.bfloat16)
+    q = torch.randn(t, h_kv * group, d, generator=gen, device="cuda").to(torch.bfloat16)
     v = cuda_prefill.SparseBlocks(v_pool.values, v_pool.meta, v_index)
     if k_kind == "dense":
-        keys = torch.randn(seq, h_kv, D, generator=gen, device="cuda").to(torch.bfloat16)
+        keys = torch.randn(seq, h_kv, d, generator=gen, device="cuda").to(torch.bfloat16)
         return q, keys, v, keys.transpose(0, 1), trans_both_driver().dense(v_pool, v_index)
     k = cuda_prefill.SparseBlocks(k_pool.values, k_pool.meta, k_index)
     return q, k, v, trans_both_driver().dense(k_pool, k_index), trans_both_driver().dense(v_pool, v_index)
@@ -59,18 +68,18 @@ def fresh_inputs(t, seq, h_kv, group, k_kind="sparse"):
 def attend(q, k, v, q_pos0, fallback=True):
     out = torch.full_like(q, float("nan"))
     lse = torch.full(q.shape[:2], float("nan"), device="cuda")
-    result = cuda_prefill.attend(q, k, v, D ** -0.5, q_pos0, out=out, lse=lse, fallback=fallback)
+    result = cuda_prefill.attend(q, k, v, q.shape[-1] ** -0.5, q_pos0, out=out, lse=lse, fallback=fallback)
     assert result[0] is out and result[1] is lse
     torch.cuda.synchronize()
     return out, lse
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: "t{}-seq{}-hkv{}-g{}-at{}-k{}".format(*c))
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "t{}-seq{}-hkv{}-g{}-at{}-k{}-d{}".format(*c))
 def test_kernel_matches_the_oracle(case):
-    t, seq, h_kv, group, q_pos0, k_kind = case
-    q, k, v, k_dense, v_dense = fresh_inputs(t, seq, h_kv, group, k_kind)
+    t, seq, h_kv, group, q_pos0, k_kind, d = case
+    q, k, v, k_dense, v_dense = fresh_inputs(t, seq, h_kv, group, k_kind, d)
     out, lse = attend(q, k, v, q_pos0, fallback=False)
-    r_out, r_lse = trans_both_driver().reference(q, k_dense, v_dense, D ** -0.5, q_pos0)
+    r_out, r_lse = trans_both_driver().reference(q, k_dense, v_dense, d ** -0.5, q_pos0)
     assert not out.isnan().any() and not lse.isnan().any(), "not fully written"
     assert rel_err(out.float(), r_out) < 1e-2
     assert (lse - r_lse).abs().max().item() < 1e-3 * max(1.0, r_lse.abs().max().item())
@@ -155,12 +164,13 @@ def test_scores_at_the_bound_stay_finite(s_k):
     assert (alone_lse - r_lse).abs().max().item() < 1e-2 * max(1.0, r_lse.abs().max().item())
 
 
-@pytest.mark.parametrize("t, group, s_k", [(64, 4, 1), (2048, 4, 1), (640, 1, 1), (2048, 4, 0), (64, 2, 0)])
-def test_compressed_prefill_runs_the_kernel(t, group, s_k, monkeypatch):
+@pytest.mark.parametrize("t, group, s_k, d", [(64, 4, 1, 128), (2048, 4, 1, 128), (640, 1, 1, 128), (2048, 4, 0, 128),
+                                               (64, 2, 0, 128), (2048, 4, 1, 64), (640, 2, 0, 64)])
+def test_compressed_prefill_runs_the_kernel(t, group, s_k, d, monkeypatch):
     h_kv = 2
     gen = torch.Generator(device="cuda")
     gen.seed()
-    q, k, v = (torch.randn(t, h, D, generator=gen, device="cuda").to(torch.bfloat16)
+    q, k, v = (torch.randn(t, h, d, generator=gen, device="cuda").to(torch.bfloat16)
                for h in (h_kv * group, h_kv, h_kv))
     chunk = compress_chunk(k, v, s_k, 1)
     calls = []
@@ -168,7 +178,7 @@ def test_compressed_prefill_runs_the_kernel(t, group, s_k, monkeypatch):
     monkeypatch.setattr(cuda_prefill, "attend", lambda *a, **kw: calls.append(1) or kernel(*a, **kw))
     out, lse = gpu.prefill_compressed_attention(q, k, v, chunk)
     assert calls == [1]
-    pools = [BlockPool.allocate(op, D, 0, 0, q.dtype, "cuda") for op in ("k", "v")]
+    pools = [BlockPool.allocate(op, d, 0, 0, q.dtype, "cuda") for op in ("k", "v")]
     empty = torch.zeros(h_kv, 1, dtype=torch.int32, device="cuda")
     r_out, r_lse = ref.prefill_attention(q, *chunk_as_dense(k, v, chunk), *pools, empty, empty, 0)
     assert out.dtype == q.dtype and rel_err(out.float(), r_out.float()) < 1e-2

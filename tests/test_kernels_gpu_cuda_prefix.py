@@ -19,24 +19,26 @@ pytestmark = [
 ]
 
 CASES = [
-    # (h_q, h_kv, T, prefix_len, p_k, p_v): p the chance that a (head, block) of the prefix is 2:4
-    (32, 8, 300, 3000, 1.0, 1.0),    # every full block to the kernel, the partial last to Triton
-    (32, 8, 1100, 4096, 1.0, 1.0),   # no partial block: Triton sees the chunk alone
-    (4, 1, 200, 3000, 0.5, 0.5),     # one KV head: a quarter of the blocks to the kernel, the rest mixed
-    (8, 2, 77, 2000, 1.0, 0.5),      # G 4, K all 2:4, V mixed
-    (16, 16, 150, 1500, 1.0, 1.0),   # G 1
-    (16, 8, 64, 700, 1.0, 1.0),      # G 2
-    (64, 8, 40, 900, 1.0, 1.0),      # G 8
-    (16, 1, 33, 640, 1.0, 1.0),      # G 16
+    # (h_q, h_kv, T, prefix_len, p_k, p_v, d): p the chance that a (head, block) of the prefix is 2:4
+    (32, 8, 300, 3000, 1.0, 1.0, 128),    # every full block to the kernel, the partial last to Triton
+    (32, 8, 1100, 4096, 1.0, 1.0, 128),   # no partial block: Triton sees the chunk alone
+    (4, 1, 200, 3000, 0.5, 0.5, 128),     # one KV head: a quarter of the blocks to the kernel, the rest mixed
+    (8, 2, 77, 2000, 1.0, 0.5, 128),      # G 4, K all 2:4, V mixed
+    (16, 16, 150, 1500, 1.0, 1.0, 128),   # G 1
+    (16, 8, 64, 700, 1.0, 1.0, 128),      # G 2
+    (64, 8, 40, 900, 1.0, 1.0, 128),      # G 8
+    (16, 1, 33, 640, 1.0, 1.0, 128),      # G 16
+    (32, 8, 300, 3000, 1.0, 1.0, 64),     # d 64 (Llama-3.2-1B's heads)
+    (8, 2, 77, 2000, 1.0, 0.5, 64),       # d 64, V mixed
 ]
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: "hq{}-hkv{}-t{}-p{}-k{}-v{}".format(*c))
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "hq{}-hkv{}-t{}-p{}-k{}-v{}-d{}".format(*c))
 def test_cuda_prefix_matches_the_reference(case, monkeypatch):
     """Also: the Triton part gets its entries' kinds from the call's first sync, so it makes no sync of its own."""
     monkeypatch.setattr(gpu, "_entry_kinds", lambda *a: pytest.fail("a host sync for the entries' kinds"))
-    h_q, h_kv, t, prefix_len, p_k, p_v = case
-    k_pool, v_pool, k_index, v_index, q, k, v, scale = prefill_inputs(h_q, h_kv, 128, torch.bfloat16, t, prefix_len,
+    h_q, h_kv, t, prefix_len, p_k, p_v, d = case
+    k_pool, v_pool, k_index, v_index, q, k, v, scale = prefill_inputs(h_q, h_kv, d, torch.bfloat16, t, prefix_len,
                                                                       p_k, p_v)
     assert len(gpu.cuda_prefix_blocks(k_pool, v_pool, k_index, v_index, prefix_len)[0]) > 0
     out, lse = gpu.prefill_attention(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len, scale, kernel="cuda")

@@ -2,13 +2,13 @@
 // tokens attend to a sequence of 64-token blocks that are all 2:4 for K and V (hs_kernels.format pools, through the
 // index maps), without a mask or causally (the queries sit at given positions of the sequence, each sees the keys at
 // or before it). Driven by hs_kernels.cuda_prefill (the static offsets, the underflow fallback).
-//   S^T [64 keys, 64 rows] = K . Q^T       A = the K block's values [64, 64] (2:4 along d), 4 x wgmma.sp m64n64k32
-//   O^T [128, 64 rows]   += V^T . P^T      A = the V block's values [128, 32] (2:4 along keys), 2 x 2 x m64n64k32
+//   S^T [64 keys, 64 rows] = K . Q^T       A = the K block's values [64, D / 2] (2:4 along d), D / 32 x wgmma.sp m64n64k32
+//   O^T [D, 64 rows]     += V^T . P^T      A = the V block's values [D, 32] (2:4 along keys), D / 64 x 2 x m64n64k32
 // Dense keys (K_DENSE) take S = Q . K^T instead, A = Q's fragments held in registers, B = the K block, 8 x wgmma
-// m64n64k16: a block then reads 16 KB less shared memory per consumer (Q^T is not read as a B operand), and P is
+// m64n64k16: a block then reads D x 128 bytes less shared memory per consumer (Q^T is not read as a B operand), and P is
 // stored as it is (stmatrix) into the same [rows, keys] layout that P^T's transposed stores give.
 // A CTA is HS_CONSUMERS (3) consumer warpgroups, each with its own 64 rows (64 / G tokens x the G = HS_G query heads
-// of one KV head; d 128, bf16), and one producer warpgroup that stages each block (K and V values,
+// of one KV head; d D = HS_D, 64 or 128, bf16), and one producer warpgroup that stages each block (K and V values,
 // 128B-swizzled / core matrices, and their metadata) by TMA into a ring of STAGES stages shared by the consumers,
 // handed over by mbarriers (full: one producer thread's expected bytes, brought by the tensor memory accelerator;
 // empty: every consumer thread, once its warpgroup's wgmmas that read the stage are done). The consumers
@@ -41,7 +41,14 @@ namespace {
 #ifndef HS_G
 #define HS_G 4
 #endif
-constexpr int BS = 64, D = 128, ROWS = 64, G = HS_G;
+#ifndef HS_D
+#define HS_D 128
+#endif
+constexpr int BS = 64, D = HS_D, ROWS = 64, G = HS_G;
+static_assert(D == 64 || D == 128, "head_dim 64 or 128");
+// a 2:4 K block's row (D / 2 values) fills a 128-byte swizzle atom at d 128, a 64-byte one at d 64 (descriptor modes
+// 1 and 2; 8 rows an atom); Q^T, P^T and dense keys use 128-byte atoms of 64 elements
+constexpr int KC = D / 32, MT = D / 64, K_ROW = D, K_SWIZZLE = D == 128 ? 1 : 2;
 static_assert(ROWS % G == 0 && (G == 1 || G % 2 == 0), "the query heads of a KV head fill whole rows of a consumer's 64");
 constexpr int CONSUMERS = HS_CONSUMERS, TOKENS = CONSUMERS * ROWS / G, THREADS = (CONSUMERS + 1) * 128, STAGES = 4;
 // registers per thread: the producer warpgroup hands most of its share to the consumers (setmaxnreg, in steps of 8,
@@ -55,16 +62,16 @@ constexpr int CONSUMER_REGS = CONSUMER_REGS_FIT > 240 ? 240 : CONSUMER_REGS_FIT;
 static_assert(CONSUMERS != 2 || CONSUMER_REGS == 232, "the measured split at 2 consumers");
 static_assert(CONSUMERS != 3 || CONSUMER_REGS == 160, "the measured split at 3 consumers");
 // shared memory (bytes): 128B-swizzled operands 1024-aligned first
-constexpr int Q_BYTES = ROWS * D * 2;  // per consumer, Q^T as B: [64 rows, 128 d], two 64-element atoms along d
+constexpr int Q_BYTES = ROWS * D * 2;  // per consumer, Q^T as B: [64 rows, D], D / 64 atoms of 64 elements along d
 constexpr int P_BYTES = ROWS * BS * 2;  // per consumer, P^T as B: [64 rows, 64 keys], one atom
 constexpr int Q_OFF = 0, P_OFF = Q_OFF + CONSUMERS * Q_BYTES, STAGE_OFF = P_OFF + CONSUMERS * P_BYTES;
 constexpr int SPARSE_K_BYTES = BS * D, VV_BYTES = D * BS, VM_BYTES = D * BS / 8;  // a pool slot's values, metadata
-// a stage: K (2:4 values [64, 64] and their metadata, or K_DENSE: [64, 128] in two atoms), then V^T's values and
-// metadata; 18 KB or 25 KB, multiples of 1024
+// a stage: K (2:4 values [64, D / 2] and their metadata, or K_DENSE: [64, D] in D / 64 atoms), then V^T's values and
+// metadata; rounded up to 1024 bytes (the swizzle atoms' alignment): at d 128 18 KB or 25 KB, at d 64 9 KB or 13 KB
 template <bool K_DENSE>
 struct Layout {
     static constexpr int KV_BYTES = K_DENSE ? 2 * BS * D : SPARSE_K_BYTES, KM_BYTES = K_DENSE ? 0 : BS * D / 8;
-    static constexpr int STAGE_BYTES = KV_BYTES + VV_BYTES + KM_BYTES + VM_BYTES;
+    static constexpr int STAGE_BYTES = (KV_BYTES + VV_BYTES + KM_BYTES + VM_BYTES + 1023) / 1024 * 1024;
     static constexpr int RED_OFF = STAGE_OFF + STAGES * STAGE_BYTES;  // per consumer [4 warps][64 rows] float
     static constexpr int BAR_OFF = RED_OFF + CONSUMERS * 4 * ROWS * 4;  // full[STAGES], then empty[STAGES]
     static constexpr int SMEM = BAR_OFF + 2 * STAGES * 8;
@@ -182,20 +189,21 @@ __device__ __forceinline__ void tma_3d(uint32_t dst, const CUtensorMap* map, int
 }
 
 // block j of KV head hk (entries: sparse, ~slot) of K and V into the stage at base, by one thread, completing on the
-// mbarrier bar: K values by a 3-D map ([slots, 64, 64], 128B swizzle: the layout its descriptor reads; K_DENSE: the
-// dense keys [tokens, h_kv, 128], two [64, 64] boxes), V^T values by a 5-D map whose box order is the core-matrix
+// mbarrier bar: K values by a 3-D map ([slots, 64, D / 2], 128B or 64B swizzle: the layout its descriptor reads;
+// K_DENSE: the dense keys [tokens, h_kv, D], D / 64 [64, 64] boxes), V^T values by a 5-D map whose box order is the core-matrix
 // layout (8 elements, 8 rows, 4 16-byte units, 16 row groups, slot), each metadata block by a 1-D bulk copy
 template <bool K_DENSE>
 __device__ __forceinline__ void stage_block(uint32_t base, uint32_t bar, int j, int hk, int k_entry, int v_entry,
                                             const CUtensorMap* k_map, const CUtensorMap* v_map,
                                             const uint32_t* k_meta, const uint32_t* v_meta) {
     using L = Layout<K_DENSE>;
-    bar_expect(bar, L::STAGE_BYTES);
+    constexpr int bytes = L::KV_BYTES + VV_BYTES + L::KM_BYTES + VM_BYTES;
+    bar_expect(bar, bytes);
 #ifndef HS_NO_COPY
     const int ks = ~k_entry, vs = ~v_entry;
     if constexpr (K_DENSE) {
-        tma_3d(base, k_map, 0, hk, BS * j, bar);
-        tma_3d(base + BS * 128, k_map, 64, hk, BS * j, bar);
+        #pragma unroll
+        for (int a = 0; a < MT; a++) tma_3d(base + a * BS * 128, k_map, 64 * a, hk, BS * j, bar);
     } else {
         tma_3d(base, k_map, 0, 0, ks, bar);
     }
@@ -211,7 +219,7 @@ __device__ __forceinline__ void stage_block(uint32_t base, uint32_t bar, int j, 
                    "r"(VM_BYTES), "r"(bar) : "memory");
 #else
     // nothing copied: the expected bytes are declared done by hand
-    asm volatile("mbarrier.complete_tx.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(L::STAGE_BYTES) : "memory");
+    asm volatile("mbarrier.complete_tx.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
 #endif
 }
 
@@ -251,8 +259,8 @@ __global__ void __launch_bounds__(BS) key_norms(const uint16_t* __restrict__ key
     if (threadIdx.x % 32 == 0) atomicMax(key_norm + h, __float_as_uint(sqrtf(squares)));
 }
 
-// q [t, h_q, 128] bf16; k_norm [h_kv] float32 (key_norms: a row's softmax offset is |q| k_norm scale_log2 - headroom,
-// log2 units); status: nothing is done where it is set (key_norms found an entry that is not a 2:4 slot); out [t, h_q, 128] bf16, lse [t, h_q] float32 (natural log; NaN where the row's sum of
+// q [t, h_q, D] bf16; k_norm [h_kv] float32 (key_norms: a row's softmax offset is |q| k_norm scale_log2 - headroom,
+// log2 units); status: nothing is done where it is set (key_norms found an entry that is not a 2:4 slot); out [t, h_q, D] bf16, lse [t, h_q] float32 (natural log; NaN where the row's sum of
 // exponentials fell below min_sum: too few of its scores were kept to trust it); index maps [h_kv, nb], every entry
 // sparse; q_pos0 < 0: no mask, else query token i sits at position q_pos0 + i of the prefix and sees the keys at or
 // before it. Split z of gridDim.z (2:4 keys without a mask only) attends blocks z nb / splits .. (z + 1) nb / splits
@@ -284,18 +292,19 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
     if (tid == 0) {
         for (int s = 0; s < STAGES; s++) bar_init(full + 8 * s, 1), bar_init(empty + 8 * s, CONSUMERS * 128);
     }
-    // every thread: Q^T of consumer cw, row r = token tile * TOKENS + cw * 64 / G + r / G, head G hk + r % G, 16
-    // chunks of 8 d per row in two atoms; and row r's softmax offset (its chunks are in 16 consecutive lanes) into
-    // the consumer's red[r]: no score of the row exceeds it (Cauchy-Schwarz)
+    // every thread: Q^T of consumer cw, row r = token tile * TOKENS + cw * 64 / G + r / G, head G hk + r % G, D / 8
+    // chunks of 8 d per row in D / 64 atoms; and row r's softmax offset (its chunks are in D / 8 consecutive lanes)
+    // into the consumer's red[r]: no score of the row exceeds it (Cauchy-Schwarz)
+    constexpr int CH = D / 8;
     const float key_scale = k_norm[hk] * scale_log2;
-    for (int u = tid; u < CONSUMERS * ROWS * 16; u += THREADS) {
-        const int cw = u / (ROWS * 16), r = u / 16 % ROWS, c = u % 16, token = tile * TOKENS + cw * (ROWS / G) + r / G;
+    for (int u = tid; u < CONSUMERS * ROWS * CH; u += THREADS) {
+        const int cw = u / (ROWS * CH), r = u / CH % ROWS, c = u % CH, token = tile * TOKENS + cw * (ROWS / G) + r / G;
         uint4 x = make_uint4(0, 0, 0, 0);
         if (token < t_len) x = *reinterpret_cast<const uint4*>(q + ((size_t)token * h_q + hk * G + r % G) * D + 8 * c);
         *reinterpret_cast<uint4*>(smem + Q_OFF + cw * Q_BYTES + (c / 8) * ROWS * 128 + sw128(r, c % 8)) = x;
         float squares = squares8(x);
         #pragma unroll
-        for (int o_ = 1; o_ < 16; o_ <<= 1) squares += __shfl_xor_sync(0xffffffffu, squares, o_);
+        for (int o_ = 1; o_ < CH; o_ <<= 1) squares += __shfl_xor_sync(0xffffffffu, squares, o_);
         if (c == 0) {
             reinterpret_cast<float*>(smem + L::RED_OFF)[cw * 4 * ROWS + r] = sqrtf(squares) * key_scale - headroom;
         }
@@ -334,7 +343,7 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
     // 2:4 keys: S^T = K . Q^T (columns: rows), each thread's 16 rows' offsets and sums; dense keys: S = Q . K^T with
     // Q from registers (no shared-memory read of Q per block), the offsets and sums of its two rows
     constexpr int NR = K_DENSE ? 2 : 16;
-    float o[2][32] = {}, m[NR], l[NR];
+    float o[MT][32] = {}, m[NR], l[NR];
     #pragma unroll
     for (int c = 0; c < NR; c++) {
         m[c] = red[K_DENSE ? 16 * w + g + 8 * c : 8 * (c / 2) + 2 * t + c % 2];
@@ -346,10 +355,10 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
     const int st_row = K_DENSE ? 16 * w + 8 * ((lane / 8) % 2) + lane % 8 : 8 * (lane / 16) + lane % 8;
     const int st_chunk = K_DENSE ? lane / 16 : 2 * w + (lane / 8) % 2;
     const uint32_t p_store = p_a + st_row * 128 + ((st_chunk ^ (st_row % 8)) * 16);
-    uint32_t qa[K_DENSE ? 8 : 1][4];  // dense keys: Q's A fragments, d 16 k .. 16 k + 15 in qa[k]
+    uint32_t qa[K_DENSE ? D / 16 : 1][4];  // dense keys: Q's A fragments, d 16 k .. 16 k + 15 in qa[k]
     if constexpr (K_DENSE) {
         #pragma unroll
-        for (int k = 0; k < 8; k++) {
+        for (int k = 0; k < D / 16; k++) {
             const int row = 16 * w + 8 * ((lane / 8) % 2) + lane % 8, chunk = 2 * (k % 4) + lane / 16;
             ldmatrix(qa[k], q_a + (k / 4) * ROWS * 128 + sw128(row, chunk));
         }
@@ -358,7 +367,7 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
     // The 2:4 metadata operands are ordinary registers: one written while any wgmma is in flight makes ptxas
     // serialize the wgmmas (C7513), so they are set only where none is: block j's S metadata (ek) at the end of
     // block j - 1's softmax, once its stage is full.
-    uint32_t ek[4];
+    uint32_t ek[KC];
     auto k_meta_regs = [&](int j) {  // K_DENSE: only the wait for the stage
         const int stage = j % STAGES;
         const uint32_t* km =
@@ -366,7 +375,7 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
         bar_wait(full + 8 * stage, (j / STAGES) & 1);
         if constexpr (!K_DENSE) {
             #pragma unroll
-            for (int k = 0; k < 4; k++) ek[k] = meta_reg(km[(16 * w + g) * 4 + k], km[(16 * w + g + 8) * 4 + k], t);
+            for (int k = 0; k < KC; k++) ek[k] = meta_reg(km[(16 * w + g) * KC + k], km[(16 * w + g + 8) * KC + k], t);
         }
     };
     if (nbc > 0) k_meta_regs(0);
@@ -383,7 +392,7 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
 #else
         if constexpr (K_DENSE) {
             #pragma unroll
-            for (int k = 0; k < 8; k++) {  // d 16 k .. 16 k + 15, in atom k / 4 of K
+            for (int k = 0; k < D / 16; k++) {  // d 16 k .. 16 k + 15, in atom k / 4 of K
                 const uint64_t b = desc(st + (k / 4) * BS * 128 + 32 * (k % 4), 16, 1024, 1);
                 if (k == 0)
                     wgmma_dense_ra<false>(s, qa[k], b);
@@ -392,8 +401,8 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
             }
         } else {
             #pragma unroll
-            for (int k = 0; k < 4; k++) {  // d 32 k .. 32 k + 31
-                const uint64_t a = desc(st + 32 * k, 16, 1024, 1);
+            for (int k = 0; k < KC; k++) {  // d 32 k .. 32 k + 31: 16 values, 32 bytes into each K row
+                const uint64_t a = desc(st + 32 * k, 16, 8 * K_ROW, K_SWIZZLE);
                 const uint64_t b = desc(q_a + (k / 2) * ROWS * 128 + 64 * (k % 2), 16, 1024, 1);
                 if (k == 0)
                     wgmma_sp<false>(s, a, b, ek[k]);
@@ -453,9 +462,9 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
             else  // rows 16 n + 8 (lane / 16) + lane % 8: n moves the address by 16 rows
                 stmatrix_trans(p_store + 2048 * n, pk[4 * n], pk[4 * n + 1], pk[4 * n + 2], pk[4 * n + 3]);
         }
-        uint32_t ev[2][2];
+        uint32_t ev[MT][2];
         #pragma unroll
-        for (int mt = 0; mt < 2; mt++)
+        for (int mt = 0; mt < MT; mt++)
             #pragma unroll
             for (int kk = 0; kk < 2; kk++) {
                 const int r0 = 64 * mt + 16 * w + g;
@@ -467,7 +476,7 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
         wgmma_fence();
 #ifndef HS_NO_PV
         #pragma unroll
-        for (int mt = 0; mt < 2; mt++)
+        for (int mt = 0; mt < MT; mt++)
             #pragma unroll
             for (int kk = 0; kk < 2; kk++)  // d rows 64 mt .., keys 32 kk ..
                 wgmma_sp(o[mt], desc(st + L::KV_BYTES + mt * 8 * 512 + kk * 256, 128, 512, 0),
@@ -499,7 +508,7 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
         const size_t row = ((size_t)split * t_len + token) * h_q + hk * G + col % G;  // in split z's part
         const float inv = K_DENSE ? 1.f / total : fminf(1.f / total, 3.4e38f);  // a part without keys: 0, not NaN
         #pragma unroll
-        for (int mt = 0; mt < 2; mt++) {
+        for (int mt = 0; mt < MT; mt++) {
             out[row * D + 64 * mt + 16 * w + g] = __float2bfloat16(o[mt][i] * inv);
             out[row * D + 64 * mt + 16 * w + g + 8] = __float2bfloat16(o[mt][i + 2] * inv);
         }
@@ -550,18 +559,19 @@ static bool tensor_maps(bool k_dense, const void* keys, const void* v_vals, int 
         return (base + size - reinterpret_cast<CUdeviceptr>(p)) / block_bytes;
     };
     const cuuint64_t vs = slots(v_vals, VV_BYTES);
-    // V^T [slot][128 rows][4 units of 8]: element e of unit u of row 8 g + r at dims (e, r, u, g, slot)
-    const cuuint64_t v_dim[5] = {8, 8, 4, 16, vs}, v_stride[4] = {64, 16, 512, VV_BYTES};
-    const cuuint32_t v_box[5] = {8, 8, 4, 16, 1};
+    // V^T [slot][D rows][4 units of 8]: element e of unit u of row 8 g + r at dims (e, r, u, g, slot)
+    const cuuint64_t v_dim[5] = {8, 8, 4, D / 8, vs}, v_stride[4] = {64, 16, 512, VV_BYTES};
+    const cuuint32_t v_box[5] = {8, 8, 4, D / 8, 1};
     if (!vs || !encode_map(v_map, v_vals, 5, v_dim, v_stride, v_box, CU_TENSOR_MAP_SWIZZLE_NONE)) return false;
-    const cuuint32_t k_box[3] = {64, 64, 1}, dense_box[3] = {64, 1, 64};
+    const cuuint32_t k_box[3] = {D / 2, 64, 1}, dense_box[3] = {64, 1, 64};
     if (k_dense) {
         const cuuint64_t dim[3] = {D, (cuuint64_t)h_kv, (cuuint64_t)BS * nb}, stride[2] = {D * 2, (cuuint64_t)h_kv * D * 2};
         return encode_map(k_map, keys, 3, dim, stride, dense_box, CU_TENSOR_MAP_SWIZZLE_128B);
     }
     const cuuint64_t ks = slots(keys, SPARSE_K_BYTES);
-    const cuuint64_t k_dim[3] = {64, 64, ks}, k_stride[2] = {128, SPARSE_K_BYTES};
-    return ks && encode_map(k_map, keys, 3, k_dim, k_stride, k_box, CU_TENSOR_MAP_SWIZZLE_128B);
+    const cuuint64_t k_dim[3] = {D / 2, 64, ks}, k_stride[2] = {K_ROW, SPARSE_K_BYTES};
+    return ks && encode_map(k_map, keys, 3, k_dim, k_stride, k_box,
+                            K_SWIZZLE == 1 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B);
 }
 
 template <bool K_DENSE>
@@ -589,7 +599,7 @@ static int run(const void* q, const void* keys, const void* k_meta, const void* 
 
 // 0 on success, else a cudaError_t (cudaErrorInvalidValue: a tensor map could not be encoded, or the queries'
 // positions do not fit the sequence, or splits is not 1 .. nb for 2:4 keys without a mask, else 1). K: k_dense
-// [64 nb, h_kv, 128] bf16 where not null (k_vals, k_meta, k_index then unused), else the K pool's blocks. q_pos0 < 0: no mask; else query token i sits at position q_pos0 + i of the
+// [64 nb, h_kv, D] bf16 where not null (k_vals, k_meta, k_index then unused), else the K pool's blocks. q_pos0 < 0: no mask; else query token i sits at position q_pos0 + i of the
 // sequence (0 <= q_pos0, q_pos0 + t_len <= 64 nb) and sees the keys at or before it. work: h_kv + 1 int32, the
 // longest keys (float bits) and the status, set 1 (and nothing else done) where an index entry in use is not a 2:4
 // slot of its pool of k_slots / v_slots. out and lse hold splits parts [t, h_q, ...] (trans_both_sp). headroom: how

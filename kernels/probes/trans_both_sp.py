@@ -108,7 +108,7 @@ def bench(gen, t: int, prefix: int, defines):
     triton = timeit(lambda: gpu.triton_prefill(q, kc, vc, k_pool, v_pool, k_index, v_index, prefix, D ** -0.5))
     chunk_flop = 4.0 * t * h_kv * G * t / 2 * D
     print(f"\n{torch.cuda.get_device_name()}: {t} queries x {prefix} keys of a 2:4 prefix, 32/8 heads, d 128, bf16; "
-          f"{cuda_prefill.library(G, defines).hs_prefill_sp_resident(0)} CTAs per SM\n"
+          f"{cuda_prefill.library(G, D, defines).hs_prefill_sp_resident(0)} CTAs per SM\n"
           f"| kernel | ms | effective TFLOP/s |\n|---|---|---|\n"
           f"| cuDNN, the same keys dense, no mask | {cudnn:.3f} | {prefix_flop / cudnn / 1e9:.0f} |\n"
           f"| wgmma.sp Trans-Both, static offset | {ours:.3f} | {prefix_flop / ours / 1e9:.0f} |\n"
