@@ -205,6 +205,21 @@ def _whole_forward_barrier(original, scheduler):
     return original(scheduler)
 
 
+def _protect_formed_prefixes(plan, scheduler, *args, **kwargs):
+    """After SGLang forms an extend batch: its requests' cached prefixes are kept from trims until it is launched
+    (``HSKVPool.protect_formed``)."""
+    batch = getattr(plan, "batch_to_run", None)
+    if batch is None or not _active(scheduler.server_args) or not batch.forward_mode.is_extend():
+        return
+    import torch
+
+    from hs_kernels import BLOCK_SIZE
+
+    prefixes = [req.prefix_indices[::BLOCK_SIZE] for req in batch.reqs if len(req.prefix_indices)]
+    if prefixes:
+        scheduler.tree_cache.pool.protect_formed(torch.cat(prefixes) // BLOCK_SIZE)
+
+
 def _on_idle(result, scheduler, *args, **kwargs):
     stats = getattr(getattr(scheduler, "tree_cache", None), "stats", None)
     if stats is not None:
@@ -259,6 +274,8 @@ def register() -> None:
     HookRegistry.register("sglang.srt.managers.scheduler.Scheduler.on_idle", _on_idle, HookType.AFTER)
     HookRegistry.register("sglang.srt.managers.scheduler.Scheduler._apply_war_barrier", _whole_forward_barrier,
                           HookType.AROUND)
+    HookRegistry.register("sglang.srt.managers.scheduler.Scheduler.get_next_batch_to_run", _protect_formed_prefixes,
+                          HookType.AFTER)
     HookRegistry.register("sglang.srt.utils.common.support_triton", _support_triton, HookType.AROUND)
     HookRegistry.register("sglang.srt.mem_cache.allocation.get_last_loc", _get_last_loc, HookType.AROUND)
     HookRegistry.register("sglang.srt.server_args.ServerArgs.__post_init__", _check_server_args, HookType.BEFORE)

@@ -145,3 +145,25 @@ def test_compress_row_compresses_once_per_length_until_forgotten(monkeypatch):
     pool.reset_slots()
     pool.compress_row(5, locs, 1000)
     assert calls[-1] == 1000 and len(calls) == 5
+
+
+def test_pages_of_a_formed_batch_keep_their_streaming_kv_until_it_is_launched():
+    """A batch's cached prefixes are protected from trims between its formation and its launch (``protect_formed``):
+    the overlap scheduler may process the previous batch's results, and so trim, in between."""
+    from hs_kernels import NO_BLOCK
+
+    gen = torch.Generator().manual_seed(11)
+    plain, protected = make_pool(1.0, 1.0), make_pool(1.0, 1.0)
+    locs, _ = fill(plain, 1000, gen)
+    fill(protected, 1000, gen)
+    pages = locs[::64] // 64
+    assert plain.trim_stream(0, locs, 1000, running=False) > 2
+    dropped = pages[plain.stream_index[pages] == NO_BLOCK]
+    kept_by_batch = dropped[:2]
+    protected.protect_formed(kept_by_batch)
+    assert protected.trim_stream(0, locs, 1000, running=False) == len(dropped) - 2
+    assert (protected.stream_index[kept_by_batch] != NO_BLOCK).all()
+    assert (protected.stream_index[dropped[2:]] == NO_BLOCK).all()
+    protected.clear_formed()  # launched: the batch's own windows protect what it reads from now on
+    assert protected.trim_stream(0, locs, 1000, running=False) == 2
+    assert torch.equal(protected.stream_index, plain.stream_index)
