@@ -83,7 +83,9 @@ def test_ratio_one_sparsity_zero_equals_stock(smol, placeholder_log, tokenize):
     assert not os.path.exists(placeholder_log), open(placeholder_log).read()
 
 
-def test_sparse_cached_equals_cold(smol, placeholder_log, tokenize):
+@pytest.mark.parametrize("overlap", [True, False], ids=["overlap", "no-overlap"])
+def test_sparse_cached_equals_cold(smol, placeholder_log, tokenize, overlap):
+    """With SGLang's overlap scheduler (the default) and without it."""
     one, two = (tokenize(PREFIX + q) for q in QUESTIONS)
     diverge = next(i for i, (a, b) in enumerate(zip(one, two)) if a != b)
     matched = diverge // 64 * 64  # the radix match, page-aligned
@@ -95,7 +97,7 @@ def test_sparse_cached_equals_cold(smol, placeholder_log, tokenize):
 
     sparse = {"prefill_sk": 1.0, "prefill_sv": 1.0, "decode_sk": 1.0, "decode_sv": 1.0,
               "sink_tokens": SINK, "window_tokens": WINDOW, "stream_checkpoint": CHECKPOINT}
-    hs = cpu_engine(smol["r05"], hs_args=sparse, **POOL)
+    hs = cpu_engine(smol["r05"], hs_args=sparse, disable_overlap_schedule=not overlap, **POOL)
     try:
         first = generate(hs, one)
         cached = generate(hs, two)
