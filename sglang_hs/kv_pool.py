@@ -161,6 +161,7 @@ class HSKVPool(KVCache):
         self.write_errors = torch.zeros(1, dtype=torch.int32, device=device)  # set by writes to pages without slots
         self.live_by_row: dict[int, torch.Tensor] = {}
         self.compressed_at: dict[int, int] = {}  # compress_row's memo: row -> tokens at its last call
+        self.blocks_compressed = self.stream_pages_trimmed = 0  # since start, whoever asked (radix cache, decode steps)
         self.layers = [LayerStore(settings, self.start_layer + i, self.num_pages, stream_slots, head_dim, dtype, device)
                        for i in range(layer_num)]
         # compress_sequence stacks the retrieval layers' maps: where each layer's rows start, each row's group
@@ -272,6 +273,7 @@ class HSKVPool(KVCache):
         drop = pages[~keep & (self.live[pages] == 0) & ~self.pinned[pages] & ~self.formed[pages]
                      & (self.stream_index[pages] != NO_BLOCK)]
         self._drop_stream(drop)
+        self.stream_pages_trimmed += drop.numel()
         if running:
             self.register_window(row, locs, num_tokens, num_tokens)
         return drop.numel()
@@ -327,7 +329,9 @@ class HSKVPool(KVCache):
             return 0
         pages = locs[:num_tokens:BLOCK_SIZE] // BLOCK_SIZE
         sparsities = ((op, self.settings.decode.sparsity(op)) for op in OPERANDS)
-        return sum(self._compress_operand(op, s, pages, num_tokens) for op, s in sparsities if s > 0.0)
+        moved = sum(self._compress_operand(op, s, pages, num_tokens) for op, s in sparsities if s > 0.0)
+        self.blocks_compressed += moved
+        return moved
 
     def _compress_operand(self, op: str, s: float, pages: torch.Tensor, num_tokens: int) -> int:
         settings, layers = self.settings, self.retrieval_layers

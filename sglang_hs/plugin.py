@@ -3,8 +3,9 @@
 Uses only SGLang's extension points: the attention backend registry and its CLI choices, the
 radix-cache backend registry, the warm-up registry (``warmup.py``), and HookRegistry hooks on the KV
 pool / allocator builders, the pool sizing (bytes per token, the reserve's bytes), ServerArgs
-validation and the tokenizer manager's request validation (token ids within the vocabulary). Everything
-is inert unless ``--attention-backend hs`` is selected.
+validation, the tokenizer manager's request validation (token ids within the vocabulary) and, for the
+overlap scheduler, the scheduler's barrier after a launch and its batch formation. Everything is inert
+unless ``--attention-backend hs`` is selected.
 """
 
 from __future__ import annotations

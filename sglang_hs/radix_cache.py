@@ -39,7 +39,7 @@ class HSRadixCache(RadixCache):
 
     def _compress(self, req, num_tokens: int):
         locs = self.req_to_token_pool.req_to_token[req.req_pool_idx, :num_tokens].long()
-        self.stats.blocks_compressed += self.pool.compress_row(req.req_pool_idx, locs, num_tokens)
+        self.pool.compress_row(req.req_pool_idx, locs, num_tokens)
 
     @record_function("hs.match_prefix")
     def match_prefix(self, params):
@@ -63,7 +63,7 @@ class HSRadixCache(RadixCache):
         if len(tree):
             self.pool.adopt_stream(locs[:len(tree):self.page_size] // self.page_size, tree[::self.page_size] // self.page_size)
             locs[:len(tree)] = tree
-        self.stats.stream_pages_trimmed += self.pool.trim_stream(req.req_pool_idx, locs, n, running)
+        self.pool.trim_stream(req.req_pool_idx, locs, n, running)
 
     def _pin_prompt_end(self, req, filled: int):
         """Once a request's prompt is prefilled (``filled`` tokens, its pages now the tree's): pin the window before the

@@ -40,8 +40,6 @@ class HSStats:
         self.log_interval_s = log_interval_s
         self.pool = self.cache = None
         self.prefix_queries = self.prefix_query_tokens = self.prefix_hit_tokens = 0
-        self.blocks_compressed = 0
-        self.stream_pages_trimmed = 0
         self.prefix_cut_backs = 0  # matches shortened to a stored streaming window
         self._last_log = 0.0
         self.dirty = True  # something changed since the last publish
@@ -61,8 +59,8 @@ class HSStats:
             "prefix_queries": self.prefix_queries,
             "prefix_query_tokens": self.prefix_query_tokens,
             "prefix_hit_tokens": self.prefix_hit_tokens,
-            "blocks_compressed": self.blocks_compressed,
-            "stream_pages_trimmed": self.stream_pages_trimmed,
+            "blocks_compressed": self.pool.blocks_compressed if self.pool is not None else 0,
+            "stream_pages_trimmed": self.pool.stream_pages_trimmed if self.pool is not None else 0,
             "prefix_cut_backs": self.prefix_cut_backs,
             "code": LOADED_CODE,
         }

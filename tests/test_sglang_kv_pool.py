@@ -137,6 +137,7 @@ def test_compress_row_compresses_once_per_length_until_forgotten(monkeypatch):
     moved = pool.compress_row(3, locs, 1000)
     assert moved > 0 and calls == [1000]
     assert pool.compress_row(3, locs, 1000) == 0 and calls == [1000]
+    assert pool.blocks_compressed == moved  # the pool's count, whoever asked
     pool.compress_row(5, locs, 1000)  # another row: its own memo
     pool.forget_row(3)
     pool.compress_row(3, locs, 1000)
@@ -159,6 +160,7 @@ def test_pages_of_a_formed_batch_keep_their_streaming_kv_until_it_is_launched():
     pages = locs[::64] // 64
     assert plain.trim_stream(0, locs, 1000, running=False) > 2
     dropped = pages[plain.stream_index[pages] == NO_BLOCK]
+    assert plain.stream_pages_trimmed == len(dropped)
     kept_by_batch = dropped[:2]
     protected.protect_formed(kept_by_batch)
     assert protected.trim_stream(0, locs, 1000, running=False) == len(dropped) - 2
