@@ -115,7 +115,6 @@ class HSAttnBackend(AttentionBackend):
                 self._prefilled[row] = p + t
                 self._extend.append(self._extend_metadata(locs, start, p, t))
                 start += t
-            self.pool.clear_formed()  # the batch's windows are registered now
         elif mode.is_decode():
             self._decode_bookkeeping(forward_batch)
             self._width = None

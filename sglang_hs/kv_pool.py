@@ -156,8 +156,6 @@ class HSKVPool(KVCache):
         self.stream_free = SlotStack(stream_slots, device)
         self.live = torch.zeros(self.num_pages, dtype=torch.int32, device=device)  # running windows per page
         self.pinned = torch.zeros(self.num_pages, dtype=torch.bool, device=device)  # windows before branch points
-        self.formed = torch.zeros(self.num_pages, dtype=torch.bool, device=device)  # prefixes of a batch not yet launched
-        self._any_formed = False
         self.write_errors = torch.zeros(1, dtype=torch.int32, device=device)  # set by writes to pages without slots
         self.live_by_row: dict[int, torch.Tensor] = {}
         self.compressed_at: dict[int, int] = {}  # compress_row's memo: row -> tokens at its last call
@@ -192,7 +190,6 @@ class HSKVPool(KVCache):
         self.stream_free.reset()
         self.live.zero_()
         self.pinned.zero_()
-        self.clear_formed()
         self.live_by_row.clear()
         self.compressed_at.clear()
         self.on_alloc_pages(torch.tensor([0]))  # the dummy page is always writable
@@ -246,20 +243,6 @@ class HSKVPool(KVCache):
         if self.has_stream:
             self._set_live(row, (locs[:num_tokens:BLOCK_SIZE] // BLOCK_SIZE)[live_pages(first_query, num_tokens, self.settings.window_tokens)].clone())
 
-    def protect_formed(self, pages: torch.Tensor):
-        """Keep the streaming KV of these pages (the cached prefixes of a batch just formed) from trims until
-        ``clear_formed``: under the overlap scheduler SGLang may process the previous batch's results (its trims)
-        between forming a batch, whose prefix matches counted on those windows, and launching it (whose
-        ``register_window`` protects them from then on)."""
-        if pages.numel():
-            self.formed[pages] = True
-            self._any_formed = True
-
-    def clear_formed(self):
-        if self._any_formed:
-            self.formed.zero_()
-            self._any_formed = False
-
     @record_function("hs.trim_stream")
     def trim_stream(self, row: int, locs: torch.Tensor, num_tokens: int, running: bool) -> int:
         """Take back the stream slots of this sequence's pages that no query can see any more; return how many.
@@ -270,8 +253,7 @@ class HSKVPool(KVCache):
         pages = locs[:num_tokens:BLOCK_SIZE] // BLOCK_SIZE
         s = self.settings
         keep = keep_mask(num_tokens, s.sink_tokens, s.window_tokens, s.stream_checkpoint).to(pages.device)
-        drop = pages[~keep & (self.live[pages] == 0) & ~self.pinned[pages] & ~self.formed[pages]
-                     & (self.stream_index[pages] != NO_BLOCK)]
+        drop = pages[~keep & (self.live[pages] == 0) & ~self.pinned[pages] & (self.stream_index[pages] != NO_BLOCK)]
         self._drop_stream(drop)
         self.stream_pages_trimmed += drop.numel()
         if running:

@@ -206,19 +206,17 @@ def _whole_forward_barrier(original, scheduler):
     return original(scheduler)
 
 
-def _protect_formed_prefixes(plan, scheduler, *args, **kwargs):
-    """After SGLang forms an extend batch: its requests' cached prefixes are kept from trims until it is launched
-    (``HSKVPool.protect_formed``)."""
+def _register_formed_windows(plan, scheduler, *args, **kwargs):
+    """After SGLang forms an extend batch: the pages its requests will read are registered (``register_window``, as the
+    backend does again at the launch) from now on. Under the overlap scheduler SGLang may process the previous batch's
+    results, and so trim, between forming a batch, whose prefix matches counted on those windows, and launching it."""
     batch = getattr(plan, "batch_to_run", None)
     if batch is None or not _active(scheduler.server_args) or not batch.forward_mode.is_extend():
         return
-    import torch
-
-    from hs_kernels import BLOCK_SIZE
-
-    prefixes = [req.prefix_indices[::BLOCK_SIZE] for req in batch.reqs if len(req.prefix_indices)]
-    if prefixes:
-        scheduler.tree_cache.pool.protect_formed(torch.cat(prefixes) // BLOCK_SIZE)
+    pool, req_to_token = scheduler.tree_cache.pool, scheduler.req_to_token_pool.req_to_token
+    for req in batch.reqs:
+        p, end = len(req.prefix_indices), req.extend_range.end
+        pool.register_window(req.req_pool_idx, req_to_token[req.req_pool_idx, :end].long(), p, end)
 
 
 def _on_idle(result, scheduler, *args, **kwargs):
@@ -275,7 +273,7 @@ def register() -> None:
     HookRegistry.register("sglang.srt.managers.scheduler.Scheduler.on_idle", _on_idle, HookType.AFTER)
     HookRegistry.register("sglang.srt.managers.scheduler.Scheduler._apply_war_barrier", _whole_forward_barrier,
                           HookType.AROUND)
-    HookRegistry.register("sglang.srt.managers.scheduler.Scheduler.get_next_batch_to_run", _protect_formed_prefixes,
+    HookRegistry.register("sglang.srt.managers.scheduler.Scheduler.get_next_batch_to_run", _register_formed_windows,
                           HookType.AFTER)
     HookRegistry.register("sglang.srt.utils.common.support_triton", _support_triton, HookType.AROUND)
     HookRegistry.register("sglang.srt.mem_cache.allocation.get_last_loc", _get_last_loc, HookType.AROUND)

@@ -149,8 +149,8 @@ def test_compress_row_compresses_once_per_length_until_forgotten(monkeypatch):
 
 
 def test_pages_of_a_formed_batch_keep_their_streaming_kv_until_it_is_launched():
-    """A batch's cached prefixes are protected from trims between its formation and its launch (``protect_formed``):
-    the overlap scheduler may process the previous batch's results, and so trim, in between."""
+    """A formed batch's windows are registered at formation (the plugin's hook calls ``register_window``): another
+    sequence's trim in between (the overlap scheduler processing the previous batch's results) keeps them."""
     from hs_kernels import NO_BLOCK
 
     gen = torch.Generator().manual_seed(11)
@@ -162,10 +162,12 @@ def test_pages_of_a_formed_batch_keep_their_streaming_kv_until_it_is_launched():
     dropped = pages[plain.stream_index[pages] == NO_BLOCK]
     assert plain.stream_pages_trimmed == len(dropped)
     kept_by_batch = dropped[:2]
-    protected.protect_formed(kept_by_batch)
+    first, end = int(kept_by_batch[0]) * 64 - 64, int(kept_by_batch[1]) * 64  # a request reading those two pages
+    protected.register_window(1, locs, first + WINDOW, end)
+    assert (protected.live[kept_by_batch] > 0).all() and int((protected.live[dropped] > 0).sum()) == 2
     assert protected.trim_stream(0, locs, 1000, running=False) == len(dropped) - 2
     assert (protected.stream_index[kept_by_batch] != NO_BLOCK).all()
     assert (protected.stream_index[dropped[2:]] == NO_BLOCK).all()
-    protected.clear_formed()  # launched: the batch's own windows protect what it reads from now on
+    protected.release_window(1)  # the batch has run: nothing reads those pages any more
     assert protected.trim_stream(0, locs, 1000, running=False) == 2
     assert torch.equal(protected.stream_index, plain.stream_index)
