@@ -62,17 +62,20 @@ def tiny_llama(out_dir: str, layers: int = 2, kv_heads: int = 4, heads: int = 8,
 
 def prepare(src: str, out_dir: str, retrieval_ratio: float) -> str:
     """Run the real converter: ``hs-prep convert SRC --output OUT --retrieval-ratio R``."""
-    cmd = [sys.executable, "-c", "from hs_prep.cli import main; main()", "convert", src, "--output", out_dir,
-           "--retrieval-ratio", str(retrieval_ratio), "--overwrite"]
-    subprocess.run(cmd, check=True, capture_output=True, text=True)  # it copies the tokenizer files too
-    return out_dir
+    return _convert([src], out_dir, retrieval_ratio)  # it copies the tokenizer files too
 
 
 def prepare_embedded(out_dir: str, retrieval_ratio: float) -> str:
     """``hs-prep convert --output OUT --retrieval-ratio R`` on the embedded SmolLM2-135M-Instruct."""
-    cmd = [sys.executable, "-c", "from hs_prep.cli import main; main()", "convert", "--output", out_dir,
+    return _convert([], out_dir, retrieval_ratio)
+
+
+def _convert(source: list[str], out_dir: str, retrieval_ratio: float) -> str:
+    cmd = [sys.executable, "-c", "from hs_prep.cli import main; main()", "convert", *source, "--output", out_dir,
            "--retrieval-ratio", str(retrieval_ratio), "--overwrite"]
-    subprocess.run(cmd, check=True, capture_output=True, text=True)
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode:  # the converter's own message (a full disk, say) is what a failed setup must show
+        raise RuntimeError(f"hs-prep convert exited {done.returncode}: {done.stderr.strip()[-2000:]}")
     return out_dir
 
 
