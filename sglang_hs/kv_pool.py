@@ -277,9 +277,11 @@ class HSKVPool(KVCache):
         tree pages without streaming KV take over the request's stream slots (same tokens, same KV)."""
         if not self.has_stream:
             return
-        move = (own_pages != tree_pages) & (self.stream_index[tree_pages] == NO_BLOCK) & (self.stream_index[own_pages] != NO_BLOCK)
-        self.stream_index[tree_pages[move]] = self.stream_index[own_pages[move]]
-        self.stream_index[own_pages[move]] = NO_BLOCK
+        own, tree = self.stream_index[own_pages], self.stream_index[tree_pages]
+        move = (own_pages != tree_pages) & (tree == NO_BLOCK) & (own != NO_BLOCK)
+        # where, not a boolean index: no host sync (this runs before a prefilled batch's first tokens are sent)
+        self.stream_index[tree_pages] = torch.where(move, own, tree)
+        self.stream_index[own_pages] = torch.where(move, NO_BLOCK, own)
 
     def reusable_prefix(self, locs: torch.Tensor) -> int:
         """Tokens of a matched prefix (token locs, page-aligned) that can be reused as is."""

@@ -219,6 +219,16 @@ def _register_formed_windows(plan, scheduler, *args, **kwargs):
         pool.register_window(req.req_pool_idx, req_to_token[req.req_pool_idx, :end].long(), p, end)
 
 
+def _outputs_before_pool_work(original, scheduler, batch, result, *args, **kwargs):
+    """A prefilled batch's first tokens are sent before its requests' compression and trims (``outputs_first``):
+    their host syncs would make the first tokens wait, under the overlap scheduler for the decode step in flight."""
+    outputs_first = getattr(scheduler.tree_cache, "outputs_first", None)  # absent if SGLang wraps the cache
+    if outputs_first is None or not (_active(scheduler.server_args) and batch.forward_mode.is_extend()):
+        return original(scheduler, batch, result, *args, **kwargs)
+    with outputs_first():
+        return original(scheduler, batch, result, *args, **kwargs)
+
+
 def _on_idle(result, scheduler, *args, **kwargs):
     stats = getattr(getattr(scheduler, "tree_cache", None), "stats", None)
     if stats is not None:
@@ -275,6 +285,8 @@ def register() -> None:
                           HookType.AROUND)
     HookRegistry.register("sglang.srt.managers.scheduler.Scheduler.get_next_batch_to_run", _register_formed_windows,
                           HookType.AFTER)
+    HookRegistry.register("sglang.srt.managers.scheduler.Scheduler.process_batch_result", _outputs_before_pool_work,
+                          HookType.AROUND)
     HookRegistry.register("sglang.srt.utils.common.support_triton", _support_triton, HookType.AROUND)
     HookRegistry.register("sglang.srt.mem_cache.allocation.get_last_loc", _get_last_loc, HookType.AROUND)
     HookRegistry.register("sglang.srt.server_args.ServerArgs.__post_init__", _check_server_args, HookType.BEFORE)

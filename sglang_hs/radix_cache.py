@@ -19,6 +19,9 @@ their pages are freed), so requests branching there later resume there.
 from __future__ import annotations
 
 import dataclasses
+from contextlib import contextmanager
+
+import torch
 
 from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams
 from sglang.srt.mem_cache.radix_cache import RadixCache, RadixKey
@@ -32,6 +35,7 @@ class HSRadixCache(RadixCache):
         self.pool = pool
         self.stats = stats
         self._internal_match = False
+        self._deferred: list[tuple[int, int]] | None = None  # (row, tokens) while a batch's outputs go out first
         super().__init__(params)
         if self.token_to_kv_pool_allocator is not None:
             self.token_to_kv_pool_allocator.tree_cache = self
@@ -54,16 +58,38 @@ class HSRadixCache(RadixCache):
         self.stats.on_match(len(params.key), len(result.device_indices), cut_back=reusable < matched)
         return result
 
-    def _trim_stream(self, req, token_ids: list, running: bool):
-        """Hand recomputed streaming pages to the tree's copies, then trim the sequence's pages."""
-        n = len(token_ids)
-        locs = self.req_to_token_pool.req_to_token[req.req_pool_idx, :n].long().clone()
+    def _adopt_recomputed(self, req, token_ids: list) -> torch.Tensor:
+        """Hand the streaming KV of pages the request recomputed to the tree's copies (before SGLang frees the
+        request's duplicates); return the sequence's token locs, the tree's pages where it holds them."""
+        locs = self.req_to_token_pool.req_to_token[req.req_pool_idx, :len(token_ids)].long().clone()
         key = RadixKey(token_ids, req.extra_key).page_aligned(self.page_size)
         tree = super().match_prefix(MatchPrefixParams(key=key)).device_indices if len(key) else locs[:0]
         if len(tree):
             self.pool.adopt_stream(locs[:len(tree):self.page_size] // self.page_size, tree[::self.page_size] // self.page_size)
             locs[:len(tree)] = tree
-        self.pool.trim_stream(req.req_pool_idx, locs, n, running)
+        return locs
+
+    def _compress_and_trim(self, row: int, num_tokens: int):
+        """A running sequence's blocks that left its window are compressed, and its pages no query sees trimmed."""
+        locs = self.req_to_token_pool.req_to_token[row, :num_tokens].long()
+        self.pool.compress_row(row, locs, num_tokens)
+        self.pool.trim_stream(row, locs, num_tokens, running=True)
+
+    @contextmanager
+    def outputs_first(self):
+        """Within: a prefilled request's compression and trim (host syncs, which under the overlap scheduler wait for
+        the whole forward in flight) are deferred to the end, so the batch's first tokens are sent before them. The
+        tree insertion is not deferred; nothing reads the pools in between (the next batch is formed afterwards)."""
+        self._deferred = []
+        try:
+            yield
+            deferred = self._deferred
+        finally:
+            self._deferred = None
+        for row, num_tokens in deferred:
+            self._compress_and_trim(row, num_tokens)
+        if deferred:
+            self.stats.maybe_publish()
 
     def _pin_prompt_end(self, req, filled: int):
         """Once a request's prompt is prefilled (``filled`` tokens, its pages now the tree's): pin the window before the
@@ -78,23 +104,28 @@ class HSRadixCache(RadixCache):
     def cache_unfinished_req(self, req, chunked=False):
         fill = None if self.disable else req.get_fill_ids()
         if fill is not None:
-            self._compress(req, len(fill))
-            self._trim_stream(req, fill, running=True)
+            self._adopt_recomputed(req, fill)
         self._internal_match = True
         try:
-            super().cache_unfinished_req(req, chunked=chunked)
+            super().cache_unfinished_req(req, chunked=chunked)  # req_to_token now holds the tree's pages
         finally:
             self._internal_match = False
-        if fill is not None:
-            self._pin_prompt_end(req, len(fill))
-        self.stats.maybe_publish()
         self.stats.dirty = True
+        if fill is None:
+            return
+        self._pin_prompt_end(req, len(fill))
+        if self._deferred is not None:
+            self._deferred.append((req.req_pool_idx, len(fill)))
+            return
+        self._compress_and_trim(req.req_pool_idx, len(fill))
+        self.stats.maybe_publish()
 
     @record_function("hs.cache_finished_req")
     def cache_finished_req(self, req, is_insert: bool = True, *, kv_len_to_handle: int):
         if not self.disable and is_insert and not self.disable_finished_insert:
             self._compress(req, kv_len_to_handle)
-            self._trim_stream(req, (req.origin_input_ids + req.output_ids)[:kv_len_to_handle], running=False)
+            locs = self._adopt_recomputed(req, (req.origin_input_ids + req.output_ids)[:kv_len_to_handle])
+            self.pool.trim_stream(req.req_pool_idx, locs, kv_len_to_handle, running=False)
         else:
             self.pool.release_window(req.req_pool_idx)
         super().cache_finished_req(req, is_insert, kv_len_to_handle=kv_len_to_handle)

@@ -171,3 +171,17 @@ def test_pages_of_a_formed_batch_keep_their_streaming_kv_until_it_is_launched():
     protected.release_window(1)  # the batch has run: nothing reads those pages any more
     assert protected.trim_stream(0, locs, 1000, running=False) == 2
     assert torch.equal(protected.stream_index, plain.stream_index)
+
+def test_recomputed_pages_hand_their_streaming_kv_only_to_tree_pages_without_it():
+    from hs_kernels import NO_BLOCK
+
+    pool = make_pool(1.0, 1.0)
+    pool.on_alloc_pages(torch.arange(1, 9))
+    pool._drop_stream(torch.tensor([5, 6]))  # tree pages 5, 6 lost their streaming KV; 7 kept its own
+    pool._drop_stream(torch.tensor([4]))  # the request's copy 4 has none to give
+    before = pool.stream_index.clone()
+    own, tree = torch.tensor([1, 2, 3, 4]), torch.tensor([1, 5, 7, 6])
+    pool.adopt_stream(own, tree)
+    want = before.clone()
+    want[5], want[2] = before[2], NO_BLOCK  # only own 2 -> tree 5 moves
+    assert torch.equal(pool.stream_index, want)
