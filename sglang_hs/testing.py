@@ -43,14 +43,22 @@ def byte_tokenizer():
 
 def tiny_llama(out_dir: str, layers: int = 2, kv_heads: int = 4, heads: int = 8, hidden: int = 256, seed: int = 0) -> str:
     """Random LlamaForCausalLM (head_dim 64, vocab 512) + byte tokenizer, saved as safetensors."""
+    return tiny_model(out_dir, "llama", layers, kv_heads, heads, hidden, seed)
+
+
+def tiny_model(out_dir: str, model_type: str, layers: int = 2, kv_heads: int = 4, heads: int = 8, hidden: int = 256,
+               seed: int = 0, **config) -> str:
+    """Random causal LM of ``model_type`` (a Hugging Face config name: llama, mistral, qwen2, qwen3, ...; head_dim 64,
+    vocab 512, ``config`` extra) + byte tokenizer, saved as safetensors."""
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import AutoConfig, AutoModelForCausalLM
 
     torch.manual_seed(seed)
-    config = LlamaConfig(vocab_size=512, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
-                         num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=64,
-                         max_position_embeddings=8192, bos_token_id=0, eos_token_id=1, tie_word_embeddings=False)
-    model = LlamaForCausalLM(config)
+    config = AutoConfig.for_model(model_type, vocab_size=512, hidden_size=hidden, intermediate_size=2 * hidden,
+                                  num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
+                                  head_dim=64, max_position_embeddings=8192, bos_token_id=0, eos_token_id=1,
+                                  tie_word_embeddings=False, **config)
+    model = AutoModelForCausalLM.from_config(config)
     with torch.no_grad():  # larger random weights: logits far from ties, so greedy tokens are stable
         for p in model.parameters():
             if p.dim() == 2:
