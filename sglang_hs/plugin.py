@@ -196,6 +196,16 @@ def _get_last_loc(original, req_to_token, req_pool_indices, prefix_lens):
     return original(req_to_token, req_pool_indices, prefix_lens)
 
 
+def _no_fused_kv_write(original, forward_batch, *args, **kwargs):
+    """Some models (Qwen3-MoE on CUDA in bf16) let their RoPE kernel write K/V straight into SGLang's flat buffers; hs
+    keeps K/V in block pools and writes them itself, so that path stays off."""
+    from sglang.srt.runtime_context import get_exec
+
+    if get_exec().kernel.attention_backend == BACKEND:
+        return False
+    return original(forward_batch, *args, **kwargs)
+
+
 def _whole_forward_barrier(original, scheduler):
     """Under the overlap scheduler, the work queued after a launch (result processing: compression, trims, freed
     slots reused) must wait for the whole forward in flight, which reads the pools until its last layer; SGLang's fast
@@ -289,6 +299,7 @@ def register() -> None:
                           HookType.AROUND)
     HookRegistry.register("sglang.srt.utils.common.support_triton", _support_triton, HookType.AROUND)
     HookRegistry.register("sglang.srt.mem_cache.allocation.get_last_loc", _get_last_loc, HookType.AROUND)
+    HookRegistry.register("sglang.srt.models.utils.enable_fused_set_kv_buffer", _no_fused_kv_write, HookType.AROUND)
     HookRegistry.register("sglang.srt.server_args.ServerArgs.__post_init__", _check_server_args, HookType.BEFORE)
     HookRegistry.register("sglang.srt.managers.tokenizer_manager.TokenizerManager._validate_one_request",
                           _check_input_ids, HookType.BEFORE)

@@ -193,3 +193,24 @@ def test_consecutive_prefills_are_not_overlapped_unless_the_user_says(prepared, 
                            tp_size=1, max_running_requests=None, warmups=None, device="cpu")
     plugin._check_server_args(args)
     assert os.environ[plugin.CONSECUTIVE_PREFILL_OVERLAP] == expect
+
+
+@pytest.mark.parametrize("backend, pool_asked", [("hs", 0), ("triton", 1)])
+def test_models_fused_kv_write_is_off_under_hs(monkeypatch, backend, pool_asked):
+    """Qwen3-MoE's RoPE kernel may write K/V into SGLang's flat buffers (CUDA, bf16); under hs it must not: hs's pools
+    are blocks. The registered hook answers False without asking the pool; other backends get SGLang's answer."""
+    from types import SimpleNamespace
+
+    import sglang.srt.runtime_context as runtime_context
+    from sglang.srt.models import utils
+    from sglang.srt.plugins.hook_registry import HookRegistry
+
+    from sglang_hs import plugin
+
+    plugin.register()
+    HookRegistry.apply_hooks()
+    monkeypatch.setattr(runtime_context, "get_exec", lambda: SimpleNamespace(kernel=SimpleNamespace(attention_backend=backend)))
+    asked = []
+    monkeypatch.setattr(utils, "get_token_to_kv_pool", lambda: asked.append(1) or SimpleNamespace(dtype=None))
+    got = utils.enable_fused_set_kv_buffer(SimpleNamespace())
+    assert got is False and len(asked) == pool_asked  # off the GPU SGLang says False too, after asking the pool
