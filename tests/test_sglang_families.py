@@ -1,5 +1,5 @@
-"""Every dense model family hs-prep supports, served by SGLang with hs (CPU, tiny random checkpoints converted by the
-real hs-prep): at sparsity 0 it answers as stock SGLang does; sparse, a cached prefix answers as a cold one."""
+"""The model families hs-prep supports, served by SGLang with hs (CPU, tiny random checkpoints converted by the real
+hs-prep): at sparsity 0 it answers as stock SGLang does; sparse, a cached prefix answers as a cold one."""
 
 import os
 
@@ -12,11 +12,11 @@ from sglang_hs.testing import cpu_engine, flush_cache, prepare, tiny_model, use_
 
 pytestmark = pytest.mark.slow
 
-# model_type: extra config (llama: test_sglang_engine; qwen2_moe: stock SGLang 0.5.17 runs its shared-expert gate
-# through a Triton kernel even on CPU, so it cannot be served here)
-FAMILIES = {"mistral": {}, "qwen2": {}, "qwen3": {},
-            "mixtral": {"num_local_experts": 2, "num_experts_per_tok": 1},
-            "qwen3_moe": {"num_experts": 2, "num_experts_per_tok": 1, "moe_intermediate_size": 256}}
+# case: (model_type, tiny_model arguments). Llama with 4 query heads per KV head is test_sglang_engine's; qwen2_moe:
+# stock SGLang 0.5.17 runs its shared-expert gate through a Triton kernel even on CPU, so it cannot be served here.
+FAMILIES = {"llama_mha": ("llama", {"kv_heads": 8}), "mistral": ("mistral", {}), "qwen2": ("qwen2", {}),
+            "qwen3": ("qwen3", {}), "mixtral": ("mixtral", {"num_local_experts": 2, "num_experts_per_tok": 1}),
+            "qwen3_moe": ("qwen3_moe", {"num_experts": 2, "num_experts_per_tok": 1, "moe_intermediate_size": 256})}
 PREFIX = "".join(f"item {i}: a long shared context about boats and trains. " for i in range(12))[:576]
 QUESTIONS = ["What do the boats carry, and how far do the trains go each day? " * 5,
              "Which one is faster, and why would anybody pick the slower one? " * 5]
@@ -49,7 +49,8 @@ def generate(model, hs_args, prompts, cold_again=False):
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_family_serves_with_hs(family, tmp_path, placeholder_log):
-    src = tiny_model(str(tmp_path / "src"), family, hidden=512, **FAMILIES[family])
+    model_type, arguments = FAMILIES[family]
+    src = tiny_model(str(tmp_path / "src"), model_type, hidden=512, **arguments)
     dense, sparse = prepare(src, str(tmp_path / "r1"), 1.0), prepare(src, str(tmp_path / "r05"), 0.5)
     prompts = [PREFIX + q for q in QUESTIONS]
 
