@@ -102,18 +102,18 @@ class HSRadixCache(RadixCache):
 
     @record_function("hs.cache_unfinished_req")
     def cache_unfinished_req(self, req, chunked=False):
-        fill = None if self.disable else req.get_fill_ids()
-        if fill is not None:
+        fill = req.get_fill_ids()
+        if self.disable:  # no tree (--disable-radix-cache): the request keeps its own pages, as SGLang's ChunkCache does
+            req.prefix_indices = self.req_to_token_pool.req_to_token[req.req_pool_idx, :len(fill)].to(torch.int64, copy=True)
+        else:
             self._adopt_recomputed(req, fill)
-        self._internal_match = True
-        try:
-            super().cache_unfinished_req(req, chunked=chunked)  # req_to_token now holds the tree's pages
-        finally:
-            self._internal_match = False
+            self._internal_match = True
+            try:
+                super().cache_unfinished_req(req, chunked=chunked)  # req_to_token now holds the tree's pages
+            finally:
+                self._internal_match = False
+            self._pin_prompt_end(req, len(fill))
         self.stats.dirty = True
-        if fill is None:
-            return
-        self._pin_prompt_end(req, len(fill))
         if self._deferred is not None:
             self._deferred.append((req.req_pool_idx, len(fill)))
             return

@@ -168,3 +168,23 @@ def test_the_same_prompt_again_resumes_at_its_end_after_a_long_answer(models, pl
     assert first["meta_info"]["completion_tokens"] == 300 and end == 1088  # not a checkpoint (256 k)
     assert again["meta_info"]["cached_tokens"] == end
     assert not os.path.exists(placeholder_log)
+
+
+def test_disabled_radix_cache_answers_as_a_cold_request(models, placeholder_log):
+    """--disable-radix-cache: a prompt of several chunks advances chunk by chunk (the request keeps its own pages, as
+    with SGLang's ChunkCache) and answers as a cold request does with the cache on; nothing is reused."""
+    sparse = {"prefill_sk": 1.0, "prefill_sv": 1.0, "decode_sk": 1.0, "decode_sv": 1.0,
+              "sink_tokens": 64, "window_tokens": 128, "stream_checkpoint": 256}
+    prompt = PREFIX + SUFFIXES[0]
+    answers = {}
+    for disable in (False, True):
+        hs = engine(models["r05"], hs_args=sparse, chunked_prefill_size=256, disable_radix_cache=disable)
+        try:
+            answers[disable] = [hs.generate(prompt, GREEDY) for _ in range(2)]
+        finally:
+            hs.shutdown()
+    assert len(prompt) > 4 * 256
+    assert [r["meta_info"]["cached_tokens"] for r in answers[True]] == [0, 0]
+    assert answers[False][0]["meta_info"]["cached_tokens"] == 0 and answers[False][1]["meta_info"]["cached_tokens"] > 0
+    assert all(r["output_ids"] == answers[False][0]["output_ids"] for r in answers[True])
+    assert not os.path.exists(placeholder_log)
