@@ -62,7 +62,8 @@ def _check_server_args(self, *args, **kwargs):
         self.page_size = 64
     # under the overlap scheduler a prefill's results are processed after the next batch's launch, and its radix
     # cache work (compression, trims) syncs on that batch: SGLang's own switch keeps consecutive prefills apart
-    # (at batch 8 x 4K, TTFT 0.90 -> 0.65 s); the user's setting stands
+    # (at batch 8 x 4K, TTFT 0.90 -> 0.65 s, measured before the first tokens were sent ahead of that work); the
+    # user's setting stands
     os.environ.setdefault(CONSECUTIVE_PREFILL_OVERLAP, "1")
     # prefill's per-request Python loops and host-side bookkeeping cannot be captured in a CUDA
     # graph; decode is captured whole ("full"), its step metadata included
@@ -83,6 +84,9 @@ def _check_server_args(self, *args, **kwargs):
         raise HSConfigError("--enable-hierarchical-cache is not supported with --attention-backend hs")
     if getattr(self, "enable_mixed_chunk", False):
         raise HSConfigError("--enable-mixed-chunk is not supported with --attention-backend hs")
+    if getattr(self, "kv_cache_dtype", "auto") not in ("auto", "bf16", "bfloat16"):
+        raise HSConfigError(f"--kv-cache-dtype {self.kv_cache_dtype} is not supported with --attention-backend hs (its "
+                            "dense and 2:4 blocks hold the model's dtype: auto, or bf16)")
     if self.radix_cache_backend != BACKEND:
         raise HSConfigError(f"--radix-cache-backend {self.radix_cache_backend} cannot be used with --attention-backend hs (it needs 'hs')")
     if self.warmups is None and _on_cuda(self):

@@ -70,6 +70,7 @@ def test_settings_come_from_recipe_then_flags(prepared):
     (["--hs-decode-sk", "2"], "sparsity out of range"),
     (["--cuda-graph-backend-prefill", "full"], "prefill: disabled"),
     (["--cuda-graph-backend-decode", "breakable"], "decode CUDA graphs: full or disabled"),
+    (["--kv-cache-dtype", "fp8_e4m3"], "--kv-cache-dtype fp8_e4m3 is not supported"),
 ])
 def test_launcher_exits_with_one_line(unprepared, prepared, extra, message):
     model = unprepared if message == "not a prepared checkpoint" else prepared
