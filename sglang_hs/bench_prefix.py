@@ -10,7 +10,7 @@ import os
 import tempfile
 import time
 
-from .testing import prepare, tiny_llama, use_cpu_placeholder
+from .testing import prepare, tiny_model, use_cpu_placeholder
 
 
 def main():
@@ -20,7 +20,7 @@ def main():
     ap.add_argument("--stream-checkpoint", type=int, default=2048)
     args = ap.parse_args()
     tmp = tempfile.mkdtemp()
-    model = args.model or prepare(tiny_llama(f"{tmp}/tiny", layers=4), f"{tmp}/prepared", 0.5)
+    model = args.model or prepare(tiny_model(f"{tmp}/tiny", layers=4), f"{tmp}/prepared", 0.5)
     os.environ["SGLANG_HS_STATS_FILE"] = f"{tmp}/stats.json"
     use_cpu_placeholder()
     from .engine import create

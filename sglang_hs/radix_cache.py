@@ -41,10 +41,6 @@ class HSRadixCache(RadixCache):
             self.token_to_kv_pool_allocator.tree_cache = self
         stats.attach(pool, self)
 
-    def _compress(self, req, num_tokens: int):
-        locs = self.req_to_token_pool.req_to_token[req.req_pool_idx, :num_tokens].long()
-        self.pool.compress_row(req.req_pool_idx, locs, num_tokens)
-
     @record_function("hs.match_prefix")
     def match_prefix(self, params):
         result = super().match_prefix(params)
@@ -58,20 +54,24 @@ class HSRadixCache(RadixCache):
         self.stats.on_match(len(params.key), len(result.device_indices), cut_back=reusable < matched)
         return result
 
+    def _locs(self, row: int, num_tokens: int) -> torch.Tensor:
+        return self.req_to_token_pool.req_to_token[row, :num_tokens].long()  # a copy (req_to_token is int32)
+
     def _adopt_recomputed(self, req, token_ids: list) -> torch.Tensor:
         """Hand the streaming KV of pages the request recomputed to the tree's copies (before SGLang frees the
-        request's duplicates); return the sequence's token locs, the tree's pages where it holds them."""
-        locs = self.req_to_token_pool.req_to_token[req.req_pool_idx, :len(token_ids)].long().clone()
+        request's duplicates); return the token locs of the tree's pages for the sequence's longest cached prefix."""
         key = RadixKey(token_ids, req.extra_key).page_aligned(self.page_size)
-        tree = super().match_prefix(MatchPrefixParams(key=key)).device_indices if len(key) else locs[:0]
+        if not len(key):
+            return self._locs(req.req_pool_idx, 0)
+        tree = super().match_prefix(MatchPrefixParams(key=key)).device_indices
+        own = self._locs(req.req_pool_idx, len(tree))
         if len(tree):
-            self.pool.adopt_stream(locs[:len(tree):self.page_size] // self.page_size, tree[::self.page_size] // self.page_size)
-            locs[:len(tree)] = tree
-        return locs
+            self.pool.adopt_stream(own[::self.page_size] // self.page_size, tree[::self.page_size] // self.page_size)
+        return tree
 
     def _compress_and_trim(self, row: int, num_tokens: int):
         """A running sequence's blocks that left its window are compressed, and its pages no query sees trimmed."""
-        locs = self.req_to_token_pool.req_to_token[row, :num_tokens].long()
+        locs = self._locs(row, num_tokens)
         self.pool.compress_row(row, locs, num_tokens)
         self.pool.trim_stream(row, locs, num_tokens, running=True)
 
@@ -104,7 +104,7 @@ class HSRadixCache(RadixCache):
     def cache_unfinished_req(self, req, chunked=False):
         fill = req.get_fill_ids()
         if self.disable:  # no tree (--disable-radix-cache): the request keeps its own pages, as SGLang's ChunkCache does
-            req.prefix_indices = self.req_to_token_pool.req_to_token[req.req_pool_idx, :len(fill)].to(torch.int64, copy=True)
+            req.prefix_indices = self._locs(req.req_pool_idx, len(fill))
         else:
             self._adopt_recomputed(req, fill)
             self._internal_match = True
@@ -123,9 +123,12 @@ class HSRadixCache(RadixCache):
     @record_function("hs.cache_finished_req")
     def cache_finished_req(self, req, is_insert: bool = True, *, kv_len_to_handle: int):
         if not self.disable and is_insert and not self.disable_finished_insert:
-            self._compress(req, kv_len_to_handle)
-            locs = self._adopt_recomputed(req, (req.origin_input_ids + req.output_ids)[:kv_len_to_handle])
-            self.pool.trim_stream(req.req_pool_idx, locs, kv_len_to_handle, running=False)
+            row, n = req.req_pool_idx, kv_len_to_handle
+            locs = self._locs(row, n)
+            self.pool.compress_row(row, locs, n)
+            tree = self._adopt_recomputed(req, (req.origin_input_ids + req.output_ids)[:n])
+            locs[:len(tree)] = tree  # trim the pages the sequence keeps, not its duplicates about to be freed
+            self.pool.trim_stream(row, locs, n, running=False)
         else:
             self.pool.release_window(req.req_pool_idx)
         super().cache_finished_req(req, is_insert, kv_len_to_handle=kv_len_to_handle)

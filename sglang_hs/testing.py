@@ -41,13 +41,8 @@ def byte_tokenizer():
     return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>")
 
 
-def tiny_llama(out_dir: str, layers: int = 2, kv_heads: int = 4, heads: int = 8, hidden: int = 256, seed: int = 0) -> str:
-    """Random LlamaForCausalLM (head_dim 64, vocab 512) + byte tokenizer, saved as safetensors."""
-    return tiny_model(out_dir, "llama", layers, kv_heads, heads, hidden, seed)
-
-
-def tiny_model(out_dir: str, model_type: str, layers: int = 2, kv_heads: int = 4, heads: int = 8, hidden: int = 256,
-               seed: int = 0, **config) -> str:
+def tiny_model(out_dir: str, model_type: str = "llama", layers: int = 2, kv_heads: int = 4, heads: int = 8,
+               hidden: int = 256, seed: int = 0, **config) -> str:
     """Random causal LM of ``model_type`` (a Hugging Face config name: llama, mistral, qwen2, qwen3, ...; head_dim 64,
     vocab 512, ``config`` extra) + byte tokenizer, saved as safetensors."""
     import torch

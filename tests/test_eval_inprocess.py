@@ -12,7 +12,7 @@ pytest.importorskip("hs_prep")
 from sglang_hs.eval import haystack  # noqa: E402
 from sglang_hs.eval.cli import main  # noqa: E402
 from sglang_hs.eval.scoring import score  # noqa: E402
-from sglang_hs.testing import byte_tokenizer, tiny_llama, use_cpu_placeholder  # noqa: E402
+from sglang_hs.testing import byte_tokenizer, tiny_model, use_cpu_placeholder  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -24,7 +24,7 @@ def test_in_process_warm_and_cold(tmp_path, monkeypatch):
     monkeypatch.setattr(haystack, "CACHE_DIR", tmp_path / "haystack")  # the generated filler, whatever is cached
     log = str(tmp_path / "placeholder_calls.log")
     use_cpu_placeholder(log)
-    src = tiny_llama(str(tmp_path / "tiny"))
+    src = tiny_model(str(tmp_path / "tiny"))
     tok = byte_tokenizer()
     tok.chat_template = TEMPLATE
     tok.save_pretrained(src)  # hs-prep convert copies it into the prepared checkpoint

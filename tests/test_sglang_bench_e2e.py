@@ -90,9 +90,9 @@ def test_both_engines_end_to_end_on_cpu_with_profiles(tmp_path):
 
     pytest.importorskip("hs_prep")
     from sglang_hs.bench_e2e import main
-    from sglang_hs.testing import prepare, tiny_llama
+    from sglang_hs.testing import prepare, tiny_model
 
-    model = prepare(tiny_llama(str(tmp_path / "tiny")), str(tmp_path / "prepared"), 0.5)
+    model = prepare(tiny_model(str(tmp_path / "tiny")), str(tmp_path / "prepared"), 0.5)
     out = tmp_path / "out"
     assert main(["--out", str(out), "--model", model, "--device", "cpu", "--dtype", "float32", "--stock-backend",
                  "torch_native", "--contexts", "256", "--batches", "1", "--output-tokens", "2", "--prefix", "192",

@@ -10,12 +10,12 @@ import pytest
 pytest.importorskip("sglang")
 
 from sglang_hs.settings import HSConfigError, resolve, split_hs_flags  # noqa: E402
-from sglang_hs.testing import cpu_env, tiny_llama  # noqa: E402
+from sglang_hs.testing import cpu_env, tiny_model  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def unprepared(tmp_path_factory):
-    return tiny_llama(str(tmp_path_factory.mktemp("unprepared") / "m"), layers=1)
+    return tiny_model(str(tmp_path_factory.mktemp("unprepared") / "m"), layers=1)
 
 
 @pytest.fixture(scope="module")
@@ -210,7 +210,8 @@ def test_models_fused_kv_write_is_off_under_hs(monkeypatch, backend, pool_asked)
 
     plugin.register()
     HookRegistry.apply_hooks()
-    monkeypatch.setattr(runtime_context, "get_exec", lambda: SimpleNamespace(kernel=SimpleNamespace(attention_backend=backend)))
+    execution = SimpleNamespace(kernel=SimpleNamespace(attention_backend=backend))
+    monkeypatch.setattr(runtime_context, "get_exec", lambda: execution)
     asked = []
     monkeypatch.setattr(utils, "get_token_to_kv_pool", lambda: asked.append(1) or SimpleNamespace(dtype=None))
     got = utils.enable_fused_set_kv_buffer(SimpleNamespace())

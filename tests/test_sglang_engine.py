@@ -11,7 +11,7 @@ pytest.importorskip("hs_prep")
 
 from hs_kernels import model_bytes  # noqa: E402
 
-from sglang_hs.testing import cpu_engine, flush_cache, prepare, tiny_llama, use_cpu_placeholder  # noqa: E402
+from sglang_hs.testing import cpu_engine, flush_cache, prepare, tiny_model, use_cpu_placeholder  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -25,7 +25,7 @@ SUFFIXES = ["Question one asks about foxes and dogs and many more animals. " * 7
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     root = tmp_path_factory.mktemp("sglang_hs_models")
-    src = tiny_llama(str(root / "tiny"))
+    src = tiny_model(str(root / "tiny"))
     return {"src": src, "r1": prepare(src, str(root / "r1"), 1.0), "r05": prepare(src, str(root / "r05"), 0.5)}
 
 

@@ -12,11 +12,11 @@ import torch
 from safetensors.torch import load_file
 
 from sglang_hs.gpu_vs_cpu import compare, pack, table
-from sglang_hs.testing import tiny_llama
+from sglang_hs.testing import tiny_model
 
 
 def test_pack_pieces_reassemble_to_a_bf16_copy(tmp_path):
-    src = tiny_llama(str(tmp_path / "src"), layers=1)
+    src = tiny_model(str(tmp_path / "src"), layers=1)
     pieces = pack(tmp_path / "src", tmp_path / "packed", piece_mib=1)
     assert len(pieces) > 1 and all((p / "part").stat().st_size <= 1 << 20 for p in pieces)
     data = b"".join((p / "part").read_bytes() for p in pieces)
@@ -65,7 +65,7 @@ def test_record_then_check_the_stock_control_in_float32(tmp_path):
     itself is identical on every prompt."""
     from sglang_hs.testing import cpu_env
 
-    model = tiny_llama(str(tmp_path / "m"), layers=1)
+    model = tiny_model(str(tmp_path / "m"), layers=1)
     ref, report = tmp_path / "ref.json", tmp_path / "report.json"
     cli = [sys.executable, "-m", "sglang_hs.gpu_vs_cpu"]
     args = ["--model", model, "--device", "cpu", "--engine", "stock", "--dtype", "float32"]

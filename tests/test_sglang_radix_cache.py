@@ -1,6 +1,7 @@
 """HSRadixCache on a real pool, allocator and req_to_token pool (CPU): a prefilled request's compression and trim
 wait, within ``outputs_first``, until the batch's outputs are out, and then leave the pool as an immediate call does."""
 
+from contextlib import contextmanager
 from types import SimpleNamespace
 
 import pytest
@@ -69,17 +70,11 @@ class _Cache:
     def __init__(self):
         self.events = []
 
+    @contextmanager
     def outputs_first(self):
-        cache = self
-
-        class Scope:
-            def __enter__(self):
-                cache.events.append("enter")
-
-            def __exit__(self, *exc):
-                cache.events.append("exit")
-
-        return Scope()
+        self.events.append("enter")
+        yield
+        self.events.append("exit")
 
 
 @pytest.mark.parametrize("backend, extend, events", [("hs", True, ["enter", "process", "exit"]),

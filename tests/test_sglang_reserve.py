@@ -17,14 +17,14 @@ from sglang.srt.plugins.hook_registry import HookRegistry  # noqa: E402
 from sglang_hs import plugin  # noqa: E402
 from sglang_hs.kv_pool import bytes_per_token, reserve_page_bytes  # noqa: E402
 from sglang_hs.settings import HSConfigError, LayerGroups, auto_reserve_pages, resolve, split_hs_flags  # noqa: E402
-from sglang_hs.testing import small_pool, tiny_llama  # noqa: E402
+from sglang_hs.testing import small_pool, tiny_model  # noqa: E402
 
 GROUPS = LayerGroups(retrieval=(0, 1, 2), streaming=(3,))
 
 
 @pytest.fixture(scope="module")
 def prepared(tmp_path_factory):
-    model = tiny_llama(str(tmp_path_factory.mktemp("m") / "m"), layers=1)
+    model = tiny_model(str(tmp_path_factory.mktemp("m") / "m"), layers=1)
     config = json.load(open(f"{model}/config.json"))
     config["hierasparse"] = {"format_version": 1, "tp_size": 1, "num_key_value_heads": 4, "retrieval_ratio": 0.5,
                              "layers": [{"num_retrieval": 2, "is_retrieval": [True, True, False, False]}]}

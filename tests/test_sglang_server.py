@@ -14,7 +14,7 @@ pytest.importorskip("hs_prep")
 import hs_kernels  # noqa: E402
 import sglang_hs  # noqa: E402
 from sglang_hs.server_process import ServerProcess, call  # noqa: E402
-from sglang_hs.testing import cpu_env, prepare, tiny_llama  # noqa: E402
+from sglang_hs.testing import cpu_env, prepare, tiny_model  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     root = tmp_path_factory.mktemp("sglang_hs_server")
-    model = prepare(tiny_llama(str(root / "tiny")), str(root / "prepared"), 0.5)
+    model = prepare(tiny_model(str(root / "tiny")), str(root / "prepared"), 0.5)
     log = root / "placeholder_calls.log"
     args = ["--model-path", model, "--device", "cpu",
             "--dtype", "float32", "--max-total-tokens", "1536", "--context-length", "1024",
