@@ -29,7 +29,7 @@ from .format import BLOCK_SIZE
 
 SOURCE = Path(os.environ.get("HS_CUDA_PREFILL_SOURCE") or Path(__file__).with_name("cuda") / "prefill_sp.cu")
 HEAD_DIMS = (64, 128)
-ROWS = 64  # query rows per consumer warpgroup: 64 / G tokens x the G query heads of one KV head
+ROWS = 64  # query rows per consumer warpgroup: 64 // G tokens x the G query heads of one KV head (the rest unused)
 CONSUMERS = 3  # consumer warpgroups per CTA (the source's HS_CONSUMERS)
 # Scores more than about 24 (log2) below a row's largest add nothing a bf16 output keeps, and a row's sum of
 # exponentials is at most 2^24 (keys) times its largest. So a sum of at least 2^-(126 - 24 - 24) keeps every
@@ -50,9 +50,8 @@ def available() -> bool:
 
 
 def fits(head_dim: int, group: int) -> bool:
-    """Whether the kernel has a build for this head_dim and GQA ratio (query heads per KV head): 64 or 128, a divisor of
-    64 (1 or even)."""
-    return head_dim in HEAD_DIMS and group > 0 and ROWS % group == 0
+    """Whether the kernel has a build for this head_dim and GQA ratio (query heads per KV head): 64 or 128, 1 to 64."""
+    return head_dim in HEAD_DIMS and 0 < group <= ROWS
 
 
 def supports(q: torch.Tensor, h_kv: int) -> bool:
@@ -99,7 +98,7 @@ def built(group: int, head_dim: int = 128) -> bool:
 def ctas(t: int, h_q: int, h_kv: int) -> int:
     """CTAs of one attention launch for ``t`` query tokens: ``ROWS`` rows (tokens x query heads of one KV head) per
     consumer, ``CONSUMERS`` consumers per CTA, one CTA column per KV head."""
-    tokens = CONSUMERS * ROWS // (h_q // h_kv)
+    tokens = CONSUMERS * (ROWS // (h_q // h_kv))
     return -(-t // tokens) * h_kv
 
 

@@ -428,7 +428,7 @@ def prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     options = dict(block_m=block_m, num_warps=num_warps, num_stages=num_stages, select=select, chunk_n=chunk_n,
                    heads=heads, densify=densify, prefix_n=prefix_n, tma=tma)
     if kernel == "cuda" and not cuda_prefix_supported(q, k_pool, v_pool, k_index, prefix_len):
-        raise ValueError("kernel='cuda' needs bf16 queries of head_dim 64 or 128 with a GQA ratio dividing "
+        raise ValueError("kernel='cuda' needs bf16 queries of head_dim 64 or 128 with a GQA ratio of 1 to "
                          f"{cp.ROWS} on sm_90 with nvcc, 2:4 slots in both pools and a full prefix block")
     given = split is not None
     if given and len(split.sparse) + len(split.rest) != -(-prefix_len // BLOCK_SIZE):
@@ -588,7 +588,7 @@ def prefill_compressed_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
     compressed first (``chunk``: ``chunk_blocks.compress_chunk(k, v, s_k, s_v)``). The oracle is the reference
     ``prefill_attention`` on ``chunk_blocks.chunk_as_dense(k, v, chunk)`` with an empty prefix. Runs the sparse tensor
     cores (``cuda_prefill.attend``) where every tile of V is 2:4, those of K all 2:4 or all dense, and
-    ``cuda_prefill.supports`` the queries (bf16, head_dim 64 or 128, GQA ratio dividing 64, sm_90), else the TileLang kernel
+    ``cuda_prefill.supports`` the queries (bf16, head_dim 64 or 128, GQA ratio 1 to 64, sm_90), else the TileLang kernel
     where importable, else the oracle.
     Returns ``out [T, H_q, D]`` (q's dtype) and ``lse [T, H_q]`` (float32)."""
     from .chunk_blocks import chunk_as_dense

@@ -115,7 +115,7 @@ def test_compressed_prefill_rejects_mismatched_chunk_keys():
         gpu.prefill_compressed_attention(q, k[:32], v, chunk)
 
 
-@pytest.mark.parametrize("group, head_dim", [(1, 128), (4, 128), (16, 128), (4, 64)])
+@pytest.mark.parametrize("group, head_dim", [(1, 128), (4, 128), (16, 128), (4, 64), (3, 64), (6, 128)])
 def test_kernel_builds_for_hopper(group, head_dim, tmp_path):
     """The source compiles for sm_90a at these GQA ratios and head_dims with the machine's nvcc (no GPU needed), once."""
     if nvcc.find() is None:
@@ -230,9 +230,9 @@ def test_auto_rule_takes_long_prefixes_from_fewer_pairs():
     assert worth(8192, 1 << 14, given=True) and not worth(8191, 1 << 14, given=True)  # shorter prefixes: as before
 
 
-def test_builds_exist_for_head_dims_64_128_and_gqa_ratios_dividing_64():
-    assert all(cuda_prefill.fits(d, g) for d in (64, 128) for g in (1, 2, 4, 8, 16, 32, 64))
-    assert not any(cuda_prefill.fits(d, g) for d in (64, 128) for g in (0, 3, 7, 128))
+def test_builds_exist_for_head_dims_64_128_and_gqa_ratios_1_to_64():
+    assert all(cuda_prefill.fits(d, g) for d in (64, 128) for g in range(1, 65))
+    assert not any(cuda_prefill.fits(d, g) for d in (64, 128) for g in (0, 65, 128))
     assert not any(cuda_prefill.fits(d, 4) for d in (32, 96, 256))
 
 
@@ -240,6 +240,8 @@ def test_ctas_per_launch():
     assert cuda_prefill.ctas(8192, 32, 8) == 171 * 8  # 48 tokens of 4 heads per CTA
     assert cuda_prefill.ctas(1, 16, 16) == 16
     assert cuda_prefill.ctas(193, 64, 1) == 65  # G 64: one token per consumer, three per CTA
+    assert cuda_prefill.ctas(8192, 9, 3) == 131 * 3  # G 3: 21 tokens per consumer (63 of its 64 rows), 63 per CTA
+    assert cuda_prefill.ctas(100, 48, 1) == 34  # G 48: one token per consumer
 
 
 def test_prefill_attention_checks_its_kernel_everywhere():

@@ -1,5 +1,5 @@
 """GPU: the CUDA Trans-Both prefill on the sparse tensor cores (cuda/prefill_sp.cu, sm_90: bf16, d 64 / 128, GQA
-ratios dividing 64) vs the float32 oracle on the decompressed pools, without a mask and causally; the rows that would
+ratios 1 to 64, those not dividing 64 with unused rows) vs the float32 oracle on the decompressed pools, without a mask and causally; the rows that would
 underflow recomputed; ``gpu.prefill_compressed_attention`` running it. Fresh random inputs every run, slots shuffled,
 outputs poisoned with NaN before each launch and checked fully written."""
 
@@ -45,6 +45,16 @@ CASES = [
     (20, 512, 1, 16, None, "sparse", 64),
     (333, 2048, 8, 4, 857, "dense", 64),
     (70, 256, 4, 8, None, "dense", 64),
+    # GQA ratios not dividing 64: 64 // G tokens per consumer, the last 64 % G rows unused; odd ratios test each row
+    (100, 640, 3, 3, 540, "sparse", 64),   # SmolLM2's ratio and head_dim
+    (333, 2048, 2, 3, 857, "sparse", 128),
+    (64, 512, 2, 3, None, "sparse", 128),
+    (130, 1024, 2, 5, 0, "sparse", 128),
+    (200, 1024, 2, 6, 824, "sparse", 128),  # even, not dividing 8: a row pair's token computed whole
+    (77, 512, 4, 7, 435, "sparse", 128),
+    (150, 640, 3, 3, 490, "dense", 64),
+    (90, 512, 2, 6, None, "dense", 128),
+    (40, 256, 1, 48, 216, "sparse", 128),   # one token per consumer, 16 rows unused
 ]
 
 

@@ -7,7 +7,8 @@
 // Dense keys (K_DENSE) take S = Q . K^T instead, A = Q's fragments held in registers, B = the K block, 8 x wgmma
 // m64n64k16: a block then reads D x 128 bytes less shared memory per consumer (Q^T is not read as a B operand), and P is
 // stored as it is (stmatrix) into the same [rows, keys] layout that P^T's transposed stores give.
-// A CTA is HS_CONSUMERS (3) consumer warpgroups, each with its own 64 rows (64 / G tokens x the G = HS_G query heads
+// A CTA is HS_CONSUMERS (3) consumer warpgroups, each with its own 64 rows (64 / G tokens x the G = HS_G query heads,
+// rows past the last whole token's unused where G does not divide 64
 // of one KV head; d D = HS_D, 64 or 128, bf16), and one producer warpgroup that stages each block (K and V values,
 // 128B-swizzled / core matrices, and their metadata) by TMA into a ring of STAGES stages shared by the consumers,
 // handed over by mbarriers (full: one producer thread's expected bytes, brought by the tensor memory accelerator;
@@ -49,8 +50,10 @@ static_assert(D == 64 || D == 128, "head_dim 64 or 128");
 // a 2:4 K block's row (D / 2 values) fills a 128-byte swizzle atom at d 128, a 64-byte one at d 64 (descriptor modes
 // 1 and 2; 8 rows an atom); Q^T, P^T and dense keys use 128-byte atoms of 64 elements
 constexpr int KC = D / 32, MT = D / 64, K_ROW = D, K_SWIZZLE = D == 128 ? 1 : 2;
-static_assert(ROWS % G == 0 && (G == 1 || G % 2 == 0), "the query heads of a KV head fill whole rows of a consumer's 64");
-constexpr int CONSUMERS = HS_CONSUMERS, TOKENS = CONSUMERS * ROWS / G, THREADS = (CONSUMERS + 1) * 128, STAGES = 4;
+static_assert(G >= 1 && G <= ROWS, "the query heads of a KV head fit a consumer's 64 rows");
+// rows in use per consumer (whole tokens); even G: rows 2 i and 2 i + 1 are one token's
+constexpr int ROWS_USED = ROWS / G * G;
+constexpr int CONSUMERS = HS_CONSUMERS, TOKENS = CONSUMERS * (ROWS / G), THREADS = (CONSUMERS + 1) * 128, STAGES = 4;
 // registers per thread: the producer warpgroup hands most of its share to the consumers (setmaxnreg, in steps of 8,
 // at most 240), as FA3 does; ptxas allocates the consumer's code to that count. The pool is what the CTA got at
 // launch (LAUNCH_REGS per thread): asking for more blocks setmaxnreg.inc for ever (at 4 consumers, 640 threads hold
@@ -300,7 +303,8 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
     for (int u = tid; u < CONSUMERS * ROWS * CH; u += THREADS) {
         const int cw = u / (ROWS * CH), r = u / CH % ROWS, c = u % CH, token = tile * TOKENS + cw * (ROWS / G) + r / G;
         uint4 x = make_uint4(0, 0, 0, 0);
-        if (token < t_len) x = *reinterpret_cast<const uint4*>(q + ((size_t)token * h_q + hk * G + r % G) * D + 8 * c);
+        if (token < t_len && r < ROWS_USED)
+            x = *reinterpret_cast<const uint4*>(q + ((size_t)token * h_q + hk * G + r % G) * D + 8 * c);
         *reinterpret_cast<uint4*>(smem + Q_OFF + cw * Q_BYTES + (c / 8) * ROWS * 128 + sw128(r, c % 8)) = x;
         float squares = squares8(x);
         #pragma unroll
@@ -429,12 +433,15 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
                             if (BS * j + 8 * jj + 2 * t + e > q_pos0 + token0 + (16 * w + 8 * h + g) / G)
                                 s[4 * jj + 2 * h + e] = -INFINITY;
                     } else if constexpr (G % 2 == 0) {  // rows 8 jj + 2 t and + 1: one token (a test per row spills)
-                        if (BS * j + 16 * w + 8 * h + g > q_pos0 + token0 + 8 * jj / G + (G <= 8 ? 2 * t / G : 0))
+                        // where G divides 8 or 16 divides G, (8 jj + 2 t) / G splits into a constant and 2 t / G
+                        constexpr bool split = 8 % G == 0 || G % 16 == 0;
+                        const int pair_token = split ? 8 * jj / G + (G <= 8 ? 2 * t / G : 0) : (8 * jj + 2 * t) / G;
+                        if (BS * j + 16 * w + 8 * h + g > q_pos0 + token0 + pair_token)
                             s[4 * jj + 2 * h] = s[4 * jj + 2 * h + 1] = -INFINITY;
                     } else {  // key 64 j + 16 w + 8 h + g, the token of row 8 jj + 2 t + e
                         #pragma unroll
                         for (int e = 0; e < 2; e++)
-                            if (BS * j + 16 * w + 8 * h + g > q_pos0 + token0 + 8 * jj + 2 * t + e)
+                            if (BS * j + 16 * w + 8 * h + g > q_pos0 + token0 + (8 * jj + 2 * t + e) / G)
                                 s[4 * jj + 2 * h + e] = -INFINITY;
                     }
                 }
@@ -504,7 +511,7 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
         const int col = 8 * (c / 2) + 2 * t + c % 2, i = 4 * (c / 2) + c % 2;
         const float total = K_DENSE ? red[ROWS + col] : red[col] + red[ROWS + col] + red[2 * ROWS + col] + red[3 * ROWS + col];
         const int token = token0 + col / G;
-        if (token >= t_len) continue;
+        if (token >= t_len || col >= ROWS_USED) continue;
         const size_t row = ((size_t)split * t_len + token) * h_q + hk * G + col % G;  // in split z's part
         const float inv = K_DENSE ? 1.f / total : fminf(1.f / total, 3.4e38f);  // a part without keys: 0, not NaN
         #pragma unroll
