@@ -4,7 +4,8 @@ Uses only SGLang's extension points: the attention backend registry and its CLI 
 radix-cache backend registry, the warm-up registry (``warmup.py``), and HookRegistry hooks on the KV
 pool / allocator builders, the pool sizing (bytes per token, the reserve's bytes), ServerArgs
 validation, the tokenizer manager's request validation (token ids within the vocabulary) and, for the
-overlap scheduler, the scheduler's barrier after a launch and its batch formation. Everything is inert
+overlap scheduler, the scheduler's barrier after a launch, its batch formation, result processing and
+which batches it overlaps. Everything is inert
 unless ``--attention-backend hs`` is selected.
 """
 
@@ -243,6 +244,17 @@ def _outputs_before_pool_work(original, scheduler, batch, result, *args, **kwarg
         return original(scheduler, batch, result, *args, **kwargs)
 
 
+def _first_tokens_before_decode(original, scheduler, batch, last_batch=None):
+    """Under the overlap scheduler, the decode step right after an hs prefill is launched once the prefill's results are
+    processed (first tokens sent, then the prompts compressed), as SGLang does for consecutive prefills: launched
+    first, its own compression of the prompts (``_decode_bookkeeping``: host syncs on the prefill in flight) would
+    come before the first tokens."""
+    if original(scheduler, batch, last_batch=last_batch):
+        return True
+    return bool(_active(scheduler.server_args) and batch and last_batch and batch.forward_mode.is_decode()
+                and last_batch.forward_mode.is_extend())
+
+
 def _on_idle(result, scheduler, *args, **kwargs):
     stats = getattr(getattr(scheduler, "tree_cache", None), "stats", None)
     if stats is not None:
@@ -301,6 +313,8 @@ def register() -> None:
                           HookType.AFTER)
     HookRegistry.register("sglang.srt.managers.scheduler.Scheduler.process_batch_result", _outputs_before_pool_work,
                           HookType.AROUND)
+    HookRegistry.register("sglang.srt.managers.scheduler.Scheduler.is_disable_overlap_for_batch",
+                          _first_tokens_before_decode, HookType.AROUND)
     HookRegistry.register("sglang.srt.utils.common.support_triton", _support_triton, HookType.AROUND)
     HookRegistry.register("sglang.srt.mem_cache.allocation.get_last_loc", _get_last_loc, HookType.AROUND)
     HookRegistry.register("sglang.srt.models.utils.enable_fused_set_kv_buffer", _no_fused_kv_write, HookType.AROUND)
