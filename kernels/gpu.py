@@ -971,6 +971,64 @@ def _tilelang_compress(blocks, operand: str, slots, values, meta, loss) -> None:
     tl_compress.get_kernel(operand, blocks.shape[-1], _DTYPES[blocks.dtype], "warp")(blocks, slots, values, meta, loss)
 
 
+def _tiles(x: torch.Tensor, operand: str, tiles: int, start: int) -> torch.Tensor:
+    """The ``tiles`` 64-token tiles of ``x [T, H, D]`` from token ``start`` as token-major blocks ``[H, tiles, 64, D]``
+    (a view), checked."""
+    check_operand(operand)
+    if x.dim() != 3 or not 0 <= start <= start + tiles * BLOCK_SIZE <= x.shape[0]:
+        raise ValueError(f"x [T, H, D] must hold {tiles} tiles of {BLOCK_SIZE} tokens from token {start}, got "
+                         f"{list(x.shape)}")
+    blocks = x[start:start + tiles * BLOCK_SIZE].unflatten(0, (tiles, BLOCK_SIZE)).permute(2, 0, 1, 3)
+    check_blocks(blocks, "x")
+    return blocks
+
+
+def _triton_tiles(x: torch.Tensor) -> bool:
+    return _gpu_allowed() and x.is_cuda and triton_available() and x.stride(-1) == 1
+
+
+def tile_loss(x: torch.Tensor, operand: str, tiles: int, start: int = 0) -> torch.Tensor:
+    """``block_loss(blocks, element_mask(blocks, operand))`` of the ``tiles`` 64-token tiles of ``x [T, H, D]`` from
+    token ``start``: float32 ``[H, tiles]``. One Triton launch on the GPU (``triton_prune``), else the reference."""
+    blocks = _tiles(x, operand, tiles, start)
+    if not _triton_tiles(x) or not blocks.numel():
+        return block_loss(blocks, element_mask(blocks, operand))
+    loss = torch.empty(blocks.shape[:2], dtype=torch.float32, device=x.device)
+    triton_prune(x[start:], operand, None, None, loss)
+    return loss
+
+
+def prune_tiles(x: torch.Tensor, operand: str, sparse: torch.Tensor, start: int = 0) -> torch.Tensor:
+    """A contiguous copy of ``x [T, H, D]`` whose tiles chosen by ``sparse`` (bool ``[H, tiles]``: tile ``c`` of head
+    ``h`` is tokens ``start + 64 c`` to ``start + 64 c + 63``) have their 2:4 magnitude-pruned elements
+    (``element_mask``) zeroed. One copy and one Triton launch on the GPU (``triton_prune``), else the reference."""
+    blocks = _tiles(x, operand, sparse.shape[-1], start)
+    if sparse.shape != blocks.shape[:2] or sparse.dtype != torch.bool:
+        raise ValueError(f"sparse must be bool [{', '.join(map(str, blocks.shape[:2]))}], got {sparse.dtype} "
+                         f"{list(sparse.shape)}")
+    out = x.clone(memory_format=torch.contiguous_format)
+    if not _triton_tiles(x) or not sparse.numel():
+        pruned = torch.where(sparse[..., None, None] & ~element_mask(blocks, operand), 0, blocks)
+        out[start:start + pruned.shape[1] * BLOCK_SIZE] = pruned.permute(1, 2, 0, 3).flatten(0, 1)
+        return out
+    triton_prune(x[start:], operand, sparse.contiguous().view(torch.uint8), out[start:], None)
+    return out
+
+
+def triton_prune(x, operand: str, sparse, out, loss) -> None:
+    """Launch ``prune_kernel`` (also under Triton's CPU interpreter) over the tiles of ``x [T, H, D]`` from its first
+    token: with ``sparse`` (uint8 ``[H, tiles]``) and ``out`` (contiguous, x's copy), the chosen tiles pruned in
+    ``out``; else their losses into ``loss`` (float32 ``[H, tiles]``)."""
+    from . import triton_compress as tc
+
+    bits, inf = _COMPRESS_BITS[x.dtype]
+    apply = sparse is not None
+    tiles = (sparse if apply else loss).shape[1]
+    tc.prune_kernel[(tiles, x.shape[1])](x, sparse if apply else loss, out if apply else x, loss if not apply else x,
+                                         tiles, x.stride(0), x.stride(1), D=x.shape[-1], IS_K=operand == "k",
+                                         APPLY=apply, BITS=bits, ABS=(1 << (bits - 1)) - 1, INF=inf)
+
+
 __all__ = ["tilelang_available", "triton_available", "decode_supported", "decode_attention", "prefill_supported",
-           "prefill_attention", "streaming_supported", "streaming_attention", "compress_magnitude", "triton_decode_splits",
-           "cuda_decode_splits"]
+           "prefill_attention", "streaming_supported", "streaming_attention", "compress_magnitude", "tile_loss",
+           "prune_tiles", "triton_decode_splits", "cuda_decode_splits"]

@@ -11,6 +11,10 @@ bit patterns (monotonic for IEEE floats), clamped at +inf so NaN ties with inf (
 ``nan_to_num(inf)``); ties go to the lower index (the reference's 6-comparison rank). Block ``n``
 goes to pool slot ``slots[n]``, nowhere when that is negative (a loss-only pass); its loss (L1 of the
 two pruned elements of every group, float32) is always written.
+
+``prune_kernel`` makes the same selection on a chunk's tiles in place in ``[T, H, D]`` (any strides): their losses, or
+a copy with the pruned elements of chosen tiles zeroed (a chunk's prefill sparsity), in one launch instead of the
+reference's few dozen.
 """
 
 import triton
@@ -27,11 +31,11 @@ def _magnitude(x, BITS: tl.constexpr, ABS: tl.constexpr, INF: tl.constexpr):
 
 
 @triton.jit
-def _load_groups(src, ROWS: tl.constexpr, G: tl.constexpr, D: tl.constexpr, IS_K: tl.constexpr):
-    """The four elements of every group of one token-major block at ``src``, each ``[ROWS, G]``
-    (operand row, group): one contiguous load, regrouped in registers (four strided loads, one per
-    element, measured 2x slower on the H200)."""
-    x = tl.load(src + tl.arange(0, 64)[:, None] * D + tl.arange(0, D)[None, :])
+def _load_groups(src, ROWS: tl.constexpr, G: tl.constexpr, D: tl.constexpr, IS_K: tl.constexpr, STRIDE):
+    """The four elements of every group of one token-major block at ``src`` (tokens ``STRIDE`` elements apart), each
+    ``[ROWS, G]`` (operand row, group): one load, regrouped in registers (four strided loads, one per element,
+    measured 2x slower on the H200)."""
+    x = tl.load(src + tl.arange(0, 64)[:, None] * STRIDE + tl.arange(0, D)[None, :])
     if IS_K:
         x = tl.reshape(x, (ROWS, G, 2, 2))
     else:  # [4 g + j, c] -> [c, g, j]
@@ -43,15 +47,19 @@ def _load_groups(src, ROWS: tl.constexpr, G: tl.constexpr, D: tl.constexpr, IS_K
 
 
 @triton.jit
-def compress_kernel(blocks, slots, values, meta, loss, D: tl.constexpr, IS_K: tl.constexpr,
-                    BITS: tl.constexpr, ABS: tl.constexpr, INF: tl.constexpr):
-    """blocks ``[N, 64, D]`` token-major; slots ``[N]`` int32; values ``[S, ROWS, LEN / 2]`` and
-    meta ``[S, ROWS, LEN / 16]`` int16 (the sparse pool, operand layout); loss ``[N]`` float32."""
-    ROWS: tl.constexpr = 64 if IS_K else D
-    LEN: tl.constexpr = D if IS_K else 64
-    G: tl.constexpr = LEN // 4
-    n = tl.program_id(0)
-    x0, x1, x2, x3 = _load_groups(blocks + n.to(tl.int64) * (64 * D), ROWS, G, D, IS_K)
+def _store_groups(dst, x0, x1, x2, x3, G: tl.constexpr, D: tl.constexpr, IS_K: tl.constexpr, STRIDE):
+    """``_load_groups`` inverted: the four ``[ROWS, G]`` element tensors stored as one token-major block at ``dst``."""
+    x = tl.join(tl.join(x0, x2), tl.join(x1, x3))  # [ROWS, G, 2, 2]: element 2 a + b at [..., a, b]
+    if IS_K:
+        x = tl.reshape(x, (64, D))
+    else:  # [c, g, j] -> [4 g + j, c]
+        x = tl.reshape(tl.permute(tl.reshape(x, (D, G, 4)), (1, 2, 0)), (64, D))
+    tl.store(dst + tl.arange(0, 64)[:, None] * STRIDE + tl.arange(0, D)[None, :], x)
+
+
+@triton.jit
+def _kept(x0, x1, x2, x3, BITS: tl.constexpr, ABS: tl.constexpr, INF: tl.constexpr):
+    """Whether each element of a group is kept: the 2 largest magnitudes, ties to the lower index."""
     a0 = _magnitude(x0, BITS, ABS, INF)
     a1 = _magnitude(x1, BITS, ABS, INF)
     a2 = _magnitude(x2, BITS, ABS, INF)
@@ -63,17 +71,33 @@ def compress_kernel(blocks, slots, values, meta, loss, D: tl.constexpr, IS_K: tl
     b13 = (a1 >= a3).to(tl.int32)
     b23 = (a2 >= a3).to(tl.int32)
     # element i is kept when fewer than 2 others beat it (rank = number beating it)
-    k0 = (3 - (b01 + b02 + b03)) < 2
-    k1 = (b01 + 2 - (b12 + b13)) < 2
-    k2 = (b02 + b12 + 1 - b23) < 2
-    k3 = (b03 + b13 + b23) < 2
+    return (3 - (b01 + b02 + b03)) < 2, (b01 + 2 - (b12 + b13)) < 2, (b02 + b12 + 1 - b23) < 2, (b03 + b13 + b23) < 2
+
+
+@triton.jit
+def _pruned_l1(x0, x1, x2, x3, k0, k1, k2, k3):
+    """The block's loss: L1 of its pruned elements, float32."""
+    pruned = (tl.where(k0, 0.0, tl.abs(x0.to(tl.float32))) + tl.where(k1, 0.0, tl.abs(x1.to(tl.float32)))
+              + tl.where(k2, 0.0, tl.abs(x2.to(tl.float32))) + tl.where(k3, 0.0, tl.abs(x3.to(tl.float32))))
+    return tl.sum(tl.sum(pruned, axis=1), axis=0)
+
+
+@triton.jit
+def compress_kernel(blocks, slots, values, meta, loss, D: tl.constexpr, IS_K: tl.constexpr,
+                    BITS: tl.constexpr, ABS: tl.constexpr, INF: tl.constexpr):
+    """blocks ``[N, 64, D]`` token-major; slots ``[N]`` int32; values ``[S, ROWS, LEN / 2]`` and
+    meta ``[S, ROWS, LEN / 16]`` int16 (the sparse pool, operand layout); loss ``[N]`` float32."""
+    ROWS: tl.constexpr = 64 if IS_K else D
+    LEN: tl.constexpr = D if IS_K else 64
+    G: tl.constexpr = LEN // 4
+    n = tl.program_id(0)
+    x0, x1, x2, x3 = _load_groups(blocks + n.to(tl.int64) * (64 * D), ROWS, G, D, IS_K, D)
+    k0, k1, k2, k3 = _kept(x0, x1, x2, x3, BITS, ABS, INF)
     idx0 = tl.where(k0, 0, tl.where(k1, 1, 2))
     idx1 = tl.where(k3, 3, tl.where(k2, 2, 1))
     v0 = tl.where(k0, x0, tl.where(k1, x1, x2))
     v1 = tl.where(k3, x3, tl.where(k2, x2, x1))
-    pruned = (tl.where(k0, 0.0, tl.abs(x0.to(tl.float32))) + tl.where(k1, 0.0, tl.abs(x1.to(tl.float32)))
-              + tl.where(k2, 0.0, tl.abs(x2.to(tl.float32))) + tl.where(k3, 0.0, tl.abs(x3.to(tl.float32))))
-    tl.store(loss + n, tl.sum(tl.sum(pruned, axis=1), axis=0))
+    tl.store(loss + n, _pruned_l1(x0, x1, x2, x3, k0, k1, k2, k3))
 
     slot = tl.load(slots + n)
     keep = slot >= 0
@@ -86,3 +110,28 @@ def compress_kernel(blocks, slots, values, meta, loss, D: tl.constexpr, IS_K: tl
     words = tl.sum(tl.reshape(nib, (ROWS, G // 4, 4)), axis=2)
     w = tl.arange(0, G // 4)[None, :]
     tl.store(meta + slot * (ROWS * (G // 4)) + r * (G // 4) + w, words.to(tl.int16), mask=keep)
+
+
+@triton.jit
+def prune_kernel(x, sparse, out, loss, tiles, stride_t, stride_h, D: tl.constexpr, IS_K: tl.constexpr,
+                 APPLY: tl.constexpr, BITS: tl.constexpr, ABS: tl.constexpr, INF: tl.constexpr):
+    """x ``[T, H, D]`` (strides ``stride_t``, ``stride_h``, 1) from its first tile; program ``(c, h)``: tile ``c`` of head
+    ``h``. APPLY: where ``sparse[h, c]`` (uint8 ``[H, tiles]``), the tile's pruned elements are zeroed in ``out``
+    (contiguous ``[T, H, D]``, x's copy); else ``loss[h, c]`` (float32 ``[H, tiles]``) is written."""
+    ROWS: tl.constexpr = 64 if IS_K else D
+    LEN: tl.constexpr = D if IS_K else 64
+    G: tl.constexpr = LEN // 4
+    c = tl.program_id(0)
+    h = tl.program_id(1)
+    n = h * tiles + c
+    if APPLY:
+        if tl.load(sparse + n) == 0:
+            return
+    x0, x1, x2, x3 = _load_groups(x + c.to(tl.int64) * 64 * stride_t + h * stride_h, ROWS, G, D, IS_K, stride_t)
+    k0, k1, k2, k3 = _kept(x0, x1, x2, x3, BITS, ABS, INF)
+    if APPLY:
+        _store_groups(out + (c.to(tl.int64) * 64 * tl.num_programs(1) + h) * D, tl.where(k0, x0, 0.0),
+                      tl.where(k1, x1, 0.0), tl.where(k2, x2, 0.0), tl.where(k3, x3, 0.0), G, D, IS_K,
+                      tl.num_programs(1) * D)
+    else:
+        tl.store(loss + n, _pruned_l1(x0, x1, x2, x3, k0, k1, k2, k3))

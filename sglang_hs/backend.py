@@ -21,9 +21,7 @@ from hs_kernels import gpu as hs_gpu
 from hs_kernels import (
     BLOCK_SIZE,
     PrefixSplit,
-    block_loss,
     decode_attention,
-    element_mask,
     eligible_range,
     loss_free_selection,
     prefill_attention,
@@ -32,7 +30,6 @@ from hs_kernels import (
     stream_key_blocks,
     streaming_attention,
     streaming_keys,
-    to_blocks,
     window_start,
 )
 from sglang.srt.layers.attention.base_attn_backend import AttentionBackend
@@ -208,16 +205,13 @@ class HSAttnBackend(AttentionBackend):
         # no block wholly in the chunk may become sparse: a question in the window, a chunk inside one block, ...
         if s == 0.0 or eligible_range(seq_len, cfg.sink_tokens, cfg.window_tokens)[1] <= first:
             return x
-        blocks = to_blocks(x[skip:])  # [n_r, nb - first, 64, D]
-        mask = element_mask(blocks, op)
+        tiles = (x.shape[0] - skip) // BLOCK_SIZE  # a partial last block is never sparse
         sparse = loss_free_selection(seq_len, s, cfg.sink_tokens, cfg.window_tokens, x.device)
         if sparse is None:
             loss = torch.full((x.shape[1], -(-seq_len // BLOCK_SIZE)), math.inf, device=x.device)
-            loss[:, first:] = block_loss(blocks, mask)
+            loss[:, first:first + tiles] = hs_gpu.tile_loss(x, op, tiles, skip)
             sparse = select_sparse_blocks(loss, seq_len, s, cfg.sink_tokens, cfg.window_tokens)
-        sparse = sparse[..., first:]
-        blocks = torch.where(sparse[..., None, None] & ~mask, torch.zeros((), dtype=x.dtype, device=x.device), blocks)
-        return torch.cat((x[:skip], blocks.permute(1, 2, 0, 3).reshape(-1, *x.shape[1:])[:x.shape[0] - skip]))
+        return hs_gpu.prune_tiles(x, op, sparse.expand(x.shape[1], -1)[:, first:first + tiles], skip)
 
     @record_function("hs.extend_metadata")
     def _extend_metadata(self, locs: torch.Tensor, start: int, prefix: int, length: int) -> "ExtendSeq":

@@ -105,3 +105,23 @@ def test_compress_kernel_loss_poisoned(operand, d, dtype, loss_mode):
     assert torch.isfinite(r_loss).all() and (r_loss > 0).all()
     assert torch.isfinite(loss).all() and (loss >= 0).all()
     torch.testing.assert_close(loss, r_loss, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("operand,d,dtype", SHAPES)
+def test_tile_pruning_matches_the_reference(operand, d, dtype):
+    """``prune_tiles`` and ``tile_loss`` on the GPU (one Triton launch each) against the reference on the CPU, for a
+    strided chunk (some heads of a wider tensor) whose tiles start after a few tokens and end before a partial one."""
+    gen = torch.Generator(device="cuda")
+    gen.seed()
+    h, tiles, start, tail = 5, 9, 17, 30
+    t = start + tiles * 64 + tail
+    x = special_blocks(-(-t * 2 * h // 64), d, dtype, gen, "cuda").flatten(0, 1)[:t * 2 * h].view(t, 2 * h, d)[:, 3:3 + h]
+    sparse = torch.rand(h, tiles, generator=gen, device="cuda") < 0.5
+    sparse[0, 0] = True
+    out, loss = gpu.prune_tiles(x, operand, sparse, start), gpu.tile_loss(x, operand, tiles, start)
+    with torch.device("cpu"):
+        r_out = gpu.prune_tiles(x.cpu(), operand, sparse.cpu(), start)
+        r_loss = gpu.tile_loss(x.cpu(), operand, tiles, start)
+    assert out.is_contiguous() and same_bits(out.cpu(), r_out) and not same_bits(out.cpu(), x.cpu())
+    assert torch.isfinite(r_loss).float().mean().item() > 0.5
+    torch.testing.assert_close(loss.cpu(), r_loss, rtol=1e-5, atol=1e-5, equal_nan=True)

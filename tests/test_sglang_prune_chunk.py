@@ -44,7 +44,7 @@ def test_a_chunk_without_candidate_blocks_is_returned_as_is(monkeypatch):
     backend = HSAttnBackend.__new__(HSAttnBackend)
     backend.settings = NS(prefill=hk.SparsityConfig(1.0, 1.0, 64, 256))
     masks = []
-    monkeypatch.setattr("sglang_hs.backend.element_mask", lambda *a: masks.append(1) or hk.element_mask(*a))
+    monkeypatch.setattr("hs_kernels.gpu.element_mask", lambda *a: masks.append(1) or hk.element_mask(*a))
     x = torch.randn(64, 3, 64)
     assert backend._prune_chunk(x, "v", 4096, 4096 + 64) is x and masks == []  # a question after 4K
     assert backend._prune_chunk(x, "v", 0, 64) is x and masks == []  # the sink block alone
