@@ -112,7 +112,7 @@ def compress_kernel(blocks, slots, values, meta, loss, D: tl.constexpr, IS_K: tl
     tl.store(meta + slot * (ROWS * (G // 4)) + r * (G // 4) + w, words.to(tl.int16), mask=keep)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["tiles"])  # one compile per model and operand, not per chunk length
 def prune_kernel(x, sparse, out, loss, tiles, stride_t, stride_h, D: tl.constexpr, IS_K: tl.constexpr,
                  APPLY: tl.constexpr, BITS: tl.constexpr, ABS: tl.constexpr, INF: tl.constexpr):
     """x ``[T, H, D]`` (strides ``stride_t``, ``stride_h``, 1) from its first tile; program ``(c, h)``: tile ``c`` of head
