@@ -34,6 +34,7 @@ for path in sorted(glob.glob(os.path.join(sys.argv[1], "r*.json")), key=lambda p
     runs = " ".join(f"{r['context']}x{r['batch']}: " + (r["error"][:40] if "error" in r else
                     f"ttft {r['ttft_s']:.3f} decode {1e3 * r['decode_tpot_s']:.2f} ms") for r in d.get("runs", []))
     ids = hashlib.md5(str(p.get("output_ids")).encode()).hexdigest()[:8] if p else "-"
-    print(os.path.basename(path)[:-5], engine, runs, "| prefix cold %.3f cached %.3f ids %s" % (
-        p.get("cold_ttft_s", float("nan")), p.get("cached_ttft_s", float("nan")), ids))
+    each = " ".join("%.3f" % x for x in p.get("cached_ttfts_s", []))
+    print(os.path.basename(path)[:-5], engine, runs, "| prefix cold %.3f cached %.3f [%s] ids %s" % (
+        p.get("cold_ttft_s", float("nan")), p.get("cached_ttft_s", float("nan")), each, ids))
 PY

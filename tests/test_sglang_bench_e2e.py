@@ -102,7 +102,8 @@ def test_both_engines_end_to_end_on_cpu_with_profiles(tmp_path):
     res = json.loads((out / "results.json").read_text())
     for engine in ("stock", "hs"):
         assert "error" not in res[engine] and "profile_errors" not in res[engine], res[engine]
-        assert res[engine]["prefix"]["cached_tokens"] == [192]
+        prefix = res[engine]["prefix"]
+        assert prefix["cached_tokens"] == [192] and prefix["cached_ttfts_s"] == [prefix["cached_ttft_s"]]
         for name in (engine, f"{engine}-cached"):
             assert (out / f"profile-{name}.md").read_text().startswith("Trace ")
     assert "| hs.match_prefix |" in (out / "profile-hs-cached.md").read_text()
