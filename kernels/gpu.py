@@ -1024,9 +1024,12 @@ def triton_prune(x, operand: str, sparse, out, loss) -> None:
     bits, inf = _COMPRESS_BITS[x.dtype]
     apply = sparse is not None
     tiles = (sparse if apply else loss).shape[1]
-    tc.prune_kernel[(tiles, x.shape[1])](x, sparse if apply else loss, out if apply else x, loss if not apply else x,
-                                         tiles, x.stride(0), x.stride(1), D=x.shape[-1], IS_K=operand == "k",
-                                         APPLY=apply, BITS=bits, ABS=(1 << (bits - 1)) - 1, INF=inf)
+    if apply:  # the pass's unused operand is a placeholder the kernel never touches
+        loss = _placeholder((1,), torch.float32, x.device)
+    else:
+        sparse, out = _placeholder((1,), torch.uint8, x.device), _placeholder((1,), x.dtype, x.device)
+    tc.prune_kernel[(tiles, x.shape[1])](x, sparse, out, loss, tiles, x.stride(0), x.stride(1), D=x.shape[-1],
+                                         IS_K=operand == "k", APPLY=apply, BITS=bits, ABS=(1 << (bits - 1)) - 1, INF=inf)
 
 
 __all__ = ["tilelang_available", "triton_available", "decode_supported", "decode_attention", "prefill_supported",

@@ -139,11 +139,10 @@ def variants() -> list[Variant]:
             out.append(Variant(f"compress {operand} d{d}", "triton_compress", "compress_kernel",
                                {"blocks": "*bf16", "slots": "*i32", "values": "*bf16", "meta": "*i16", "loss": "*fp32"},
                                dict(D=d, IS_K=operand == "k", BITS=16, ABS=0x7FFF, INF=0x7F80), compress_warps))
-            for apply in (True, False):  # a chunk's tiles pruned, or their losses (triton_prune passes loss as sparse)
+            for apply in (True, False):  # a chunk's tiles pruned, or their losses
                 out.append(Variant(f"prune {operand} d{d}{'' if apply else ' loss'}", "triton_compress", "prune_kernel",
-                                   {"x": "*bf16", "sparse": "*u8" if apply else "*fp32", "out": "*bf16",
-                                    "loss": "*bf16" if apply else "*fp32", "tiles": "i32", "stride_t": "i32",
-                                    "stride_h": "i32"},
+                                   {"x": "*bf16", "sparse": "*u8", "out": "*bf16", "loss": "*fp32", "tiles": "i32",
+                                    "stride_t": "i32", "stride_h": "i32"},
                                    dict(D=d, IS_K=operand == "k", APPLY=apply, BITS=16, ABS=0x7FFF, INF=0x7F80), 4))
     for d in (64, 128, 256):
         prefill_rows, prefill_warps, prefill_stages = gpu.prefill_launch(d)

@@ -119,8 +119,9 @@ class HSAttnBackend(AttentionBackend):
     def _decode_bookkeeping(self, forward_batch):
         """A sequence whose last page just filled compresses what left its window and gives back streaming pages no
         query can see; one whose prefill was the last forward compresses its prompt as the radix cache will once the
-        prefill's results are processed (with the first output token counted), which under the overlap scheduler
-        comes after this step's launch: cached and cold prompts then decode alike. Host work, outside any CUDA
+        prefill's results are processed (with the first output token counted), so that cached and cold prompts decode
+        alike wherever those results come after this step's launch (the plugin processes them first where it can, and
+        ``compress_row``'s memo then makes this call free). Host work, outside any CUDA
         graph; the rows are read from the GPU only on such steps."""
         lens = forward_batch.seq_lens_cpu.tolist()
         prefilled, self._prefilled = self._prefilled, {}
