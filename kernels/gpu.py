@@ -58,6 +58,12 @@ def triton_available() -> bool:
     return _gpu_allowed() and importlib.util.find_spec("triton") is not None
 
 
+def kernels_cover(head_dim: int, dtype: torch.dtype, group: int) -> bool:
+    """Whether the GPU kernels take attention of this head_dim, dtype and GQA ratio (query heads per KV head): float16 or
+    bfloat16, head_dim 64, 128 or 256, at most 64 query heads per KV head. Else every call runs the reference."""
+    return dtype in _DTYPES and head_dim in _HEAD_DIMS and 0 < group <= _MAX_GROUP
+
+
 def decode_supported(q: torch.Tensor, k_pool: BlockPool, v_pool: BlockPool, k_index: torch.Tensor,
                      pages: torch.Tensor | None = None) -> bool:
     """Whether ``decode_attention`` runs the GPU kernel for these inputs (else the reference)."""
