@@ -41,10 +41,10 @@ from .settings import HSSettings
 logger = logging.getLogger("sglang_hs")
 
 
-def reference_warning(device: str, head_dim: int, dtype: torch.dtype, group: int) -> str | None:
-    """Why attention on this device would run the PyTorch reference (no GPU kernel for the model's head_dim, dtype or
-    GQA ratio ``group``), or None: on the CPU the reference is the path."""
-    if device == "cpu" or hs_gpu.kernels_cover(head_dim, dtype, group):
+def reference_warning(head_dim: int, dtype: torch.dtype, group: int) -> str | None:
+    """Why attention on a GPU would run the PyTorch reference (no kernel for the model's head_dim, dtype or GQA ratio
+    ``group``), or None."""
+    if hs_gpu.kernels_cover(head_dim, dtype, group):
         return None
     return (f"no GPU kernel for head_dim {head_dim}, {dtype} and {group} query heads per KV head (the kernels take "
             "float16 or bfloat16, head_dim 64, 128 or 256, at most 64 query heads per KV head): attention runs the "
@@ -91,12 +91,13 @@ class HSAttnBackend(AttentionBackend):
         if not isinstance(self.pool, HSKVPool):
             raise RuntimeError("attention backend 'hs' needs the hs KV pool; start through sglang_hs (plugin not loaded in this process?)")
         self.settings: HSSettings = self.pool.settings
-        cfg = model_runner.model_config
-        group = cfg.num_attention_heads // cfg.num_key_value_heads
-        if warning := reference_warning(self.device, self.pool.head_dim, self.pool.dtype, group):
-            logger.warning("hs: %s", warning)
-        elif self.device != "cpu" and any(s.n_r for s in self.pool.layers):
-            self._prepare_kernels(group)
+        if self.device != "cpu":  # on the CPU the reference is the path
+            cfg = model_runner.model_config
+            group = cfg.num_attention_heads // cfg.num_key_value_heads
+            if warning := reference_warning(self.pool.head_dim, self.pool.dtype, group):
+                logger.warning("hs: %s", warning)
+            elif any(s.n_r for s in self.pool.layers):
+                self._prepare_kernels(group)
         self._heads = {}
         # decode streaming keys (hs_kernels.streaming_keys for every sequence at once): sink pages, then
         # whole pages covering any window
