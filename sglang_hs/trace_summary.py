@@ -4,9 +4,13 @@
 
 Three tables: the ``hs.*`` ranges the backend and pool mark (``torch.profiler.record_function``,
 host wall time, so they include waits for the GPU), GPU kernels and the host-side aten ops, each
-with total ms, calls and share of the profiled span. Then, where the trace has CUDA graph replays
-(decode steps), the kernels each replay ran, their summed GPU time and first-start-to-last-end span
-(medians over the replays), matched to their ``cudaGraphLaunch`` by correlation id.
+with total ms, calls and share of the profiled span. Then, where the trace has GPU kernels, how much of
+the span the GPU was idle, and the host's waits for the GPU (synchronizing CUDA runtime calls: a
+``.item()``, ``.tolist()`` or ``.cpu()`` of a GPU tensor, a synchronize) by the innermost ``hs.*`` range
+around each (``outside hs`` where none): a host-bound step shows idle GPU time, a wait inside a
+per-layer range stalls every layer. Then, where the trace has CUDA graph replays (decode steps), the
+kernels each replay ran, their summed GPU time and first-start-to-last-end span (medians over the
+replays), matched to their ``cudaGraphLaunch`` by correlation id.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
+SYNCS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy")
 TABLES = (("hs ranges (host)", lambda e: e.get("cat") == "user_annotation" and e["name"].startswith("hs.")),
           ("GPU kernels", lambda e: e.get("cat") == "kernel"),
           ("host ops", lambda e: e.get("cat") == "cpu_op"))
@@ -48,12 +53,46 @@ def summarize(path: Path, top: int = 15) -> str:
             short = name if len(name) <= 70 else name[:67] + "..."
             lines.append(f"| {short.replace('|', '/')} | {ms:.1f} | {calls[name]} | {100 * ms / span_ms:.1f} |")
         lines.append("")
+    kernels = [e for e in events if e.get("cat") == "kernel"]
+    if kernels:
+        lines += [f"GPU idle: {100 * (1 - busy_ms(kernels) / span_ms):.0f} % of the span", ""]
+        waits = host_waits(events)
+        if waits:
+            lines += ["| host waits for the GPU (in) | ms | calls |", "|---|---|---|"]
+            lines += [f"| {where} | {ms:.1f} | {n} |" for where, (ms, n) in sorted(waits.items(), key=lambda kv: -kv[1][0])]
+            lines.append("")
     replays = graph_replays(events)
     if replays:
         kernels, busy, span = (statistics.median(r[i] for r in replays) for i in range(3))
         lines += ["| CUDA graph replays | kernels each | GPU busy ms each | span ms each |", "|---|---|---|---|",
                   f"| {len(replays)} | {kernels:.0f} | {busy:.2f} | {span:.2f} |", ""]
     return "\n".join(lines)
+
+
+def busy_ms(kernels: list[dict]) -> float:
+    """Milliseconds in which at least one of ``kernels`` ran (their intervals' union)."""
+    total, end = 0.0, float("-inf")
+    for k in sorted(kernels, key=lambda e: e["ts"]):
+        start, stop = max(k["ts"], end), k["ts"] + k["dur"]
+        total += max(0.0, stop - start)
+        end = max(end, stop)
+    return total / 1e3
+
+
+def host_waits(events: list[dict]) -> dict[str, tuple[float, int]]:
+    """Synchronizing CUDA runtime calls (``SYNCS``), summed (ms, calls) by the innermost ``hs.*`` range of the same
+    thread that holds each, ``outside hs`` where none does."""
+    ranges = [e for e in events if e.get("cat") == "user_annotation" and e["name"].startswith("hs.")]
+    out = defaultdict(lambda: (0.0, 0))
+    for e in events:
+        if e.get("cat") != "cuda_runtime" or e["name"] not in SYNCS:
+            continue
+        around = [r for r in ranges if r.get("tid") == e.get("tid") and r["ts"] <= e["ts"]
+                  and e["ts"] + e["dur"] <= r["ts"] + r["dur"]]
+        where = min(around, key=lambda r: r["dur"])["name"] if around else "outside hs"
+        ms, n = out[where]
+        out[where] = (ms + e["dur"] / 1e3, n + 1)
+    return dict(out)
 
 
 def graph_replays(events: list[dict]) -> list[tuple[int, float, float]]:

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from sglang_hs.trace_summary import graph_replays, load_events, summarize
+from sglang_hs.trace_summary import busy_ms, graph_replays, host_waits, load_events, summarize
 
 
 @record_function("hs.outer")
@@ -59,3 +59,24 @@ def test_graph_replays_count_kernels_by_correlation(tmp_path):
     assert graph_replays(load_events(trace)) == [(2, 0.4, 0.49), (3, 0.4, 0.49)]
     rows = [line for line in summarize(trace).splitlines() if line.startswith("| 2 |")]
     assert rows == ["| 2 | 2 | 0.40 | 0.49 |"]  # two replays (the third ran nothing), median 2.5 kernels rounds to 2
+
+
+def test_gpu_idle_share_and_host_waits_by_their_innermost_range(tmp_path):
+    def event(cat, name, ts, dur, tid=1):
+        return {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur, "tid": tid}
+
+    events = [event("user_annotation", "hs.forward_extend", 0, 1000), event("user_annotation", "hs.prefix_reads", 100, 300),
+              event("cuda_runtime", "cudaStreamSynchronize", 150, 200),  # inside both: the inner range counts
+              event("cuda_runtime", "cudaMemcpyAsync", 500, 50),  # not a sync
+              event("cuda_runtime", "cudaStreamSynchronize", 600, 100),
+              event("cuda_runtime", "cudaStreamSynchronize", 1500, 400),
+              event("cuda_runtime", "cudaStreamSynchronize", 700, 100, tid=2),  # another thread's: outside hs
+              event("kernel", "a", 0, 400, tid=7), event("kernel", "b", 300, 300, tid=7), event("kernel", "c", 1000, 1000, tid=7)]
+    trace = tmp_path / "s.json"
+    trace.write_text(json.dumps({"traceEvents": events}))
+    loaded = load_events(trace)
+    assert busy_ms([e for e in loaded if e["cat"] == "kernel"]) == pytest.approx(1.6)  # [0, 600) and [1000, 2000)
+    assert host_waits(loaded) == {"hs.prefix_reads": (0.2, 1), "hs.forward_extend": (0.1, 1), "outside hs": (0.5, 2)}
+    text = summarize(trace)
+    assert "GPU idle: 20 % of the span" in text  # 0.4 of 2.0 ms
+    assert "| hs.prefix_reads | 0.2 | 1 |" in text and "| outside hs | 0.5 | 2 |" in text
