@@ -21,3 +21,7 @@ echo "elapsed $SECONDS s"
 python kernels/probes/cuda_prefill_head_dims.py 2>&1 | tee $OUT/head-dims.log
 python kernels/probes/cuda_prefill_head_dims.py --dtype float16 --define HS_FP16_V_TMA 2>&1 | tee -a $OUT/head-dims.log
 echo "elapsed $SECONDS s"
+# the auto rule takes the CUDA prefix path for fp16 as for bf16: the chunks after a served 32K prefix, both dtypes
+for dt in float16 bfloat16; do python kernels/probes/prefix_path_timing.py --dtype $dt --chunks 1024,4096 > $OUT/prefix-$dt.log 2>&1; echo "prefix probe $dt rc $?"; done
+grep -E "^\| 0 \| this" $OUT/prefix-*.log | cut -c1-200
+echo "elapsed $SECONDS s"
