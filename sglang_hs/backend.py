@@ -19,6 +19,7 @@ from typing import NamedTuple
 import torch
 from torch.profiler import record_function
 from hs_kernels import gpu as hs_gpu
+from hs_kernels import nvcc
 from hs_kernels import (
     BLOCK_SIZE,
     PrefixSplit,
@@ -39,6 +40,8 @@ from .kv_pool import HSKVPool, LayerStore, head_index
 from .settings import HSSettings
 
 logger = logging.getLogger("sglang_hs")
+NO_NVCC = ("nvcc not found (set CUDA_HOME to a CUDA toolkit): the kernels on the sparse tensor cores (the CUDA decode, and "
+           "on sm_90 the prefill over cached 2:4 blocks) are built with it at start, so the Triton kernels serve instead")
 
 
 def reference_warning(head_dim: int, dtype: torch.dtype, group: int) -> str | None:
@@ -195,6 +198,8 @@ class HSAttnBackend(AttentionBackend):
         no request waits on nvcc."""
         from hs_kernels import cuda_decode, cuda_prefill
 
+        if nvcc.find() is None:
+            logger.warning("hs: %s", NO_NVCC)
         if self.settings.decode_kernel != "triton":
             fits = cuda_decode.supports(self.pool.head_dim, group)
             if self.settings.decode_kernel == "cuda" and not fits:

@@ -258,3 +258,23 @@ def test_a_gpu_model_without_kernels_is_told_it_runs_the_reference(head_dim, dty
 
     warning = reference_warning(head_dim, getattr(torch, dtype), group)
     assert warning is None if named is None else named in warning and "PyTorch reference" in warning
+
+
+@pytest.mark.parametrize("found", [None, "/usr/local/cuda/bin/nvcc"])
+def test_a_gpu_server_without_nvcc_is_told_its_cuda_kernels_are_off(monkeypatch, caplog, found):
+    import logging
+    from types import SimpleNamespace as NS
+
+    import torch
+
+    from hs_kernels import nvcc
+    from sglang_hs.backend import NO_NVCC, HSAttnBackend
+    from sglang_hs.settings import LayerGroups
+    from sglang_hs.testing import small_pool
+
+    pool = small_pool(LayerGroups((0,), (1,)), 1.0, 1.0, 8)
+    backend = HSAttnBackend(NS(device="cpu", req_to_token_pool=NS(req_to_token=torch.zeros(1, 64)), token_to_kv_pool=pool))
+    monkeypatch.setattr(nvcc, "find", lambda: found)
+    with caplog.at_level(logging.WARNING, logger="sglang_hs"):
+        backend._prepare_kernels(4)  # what a GPU server runs at start
+    assert (NO_NVCC in caplog.text) == (found is None)
