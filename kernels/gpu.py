@@ -103,8 +103,7 @@ def cuda_decode_splits(batch: int, h_kv: int, max_blocks: int, q: torch.Tensor, 
 
 
 @functools.lru_cache(maxsize=None)
-@functools.lru_cache(maxsize=None)
-def _sm_count(device: torch.device) -> int:  # asked by every layer's prefill, decode and streaming call: once per device
+def _sm_count(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 

@@ -23,9 +23,17 @@ from collections import defaultdict
 from pathlib import Path
 
 SYNCS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy")
-TABLES = (("hs ranges (host)", lambda e: e.get("cat") == "user_annotation" and e["name"].startswith("hs.")),
-          ("GPU kernels", lambda e: e.get("cat") == "kernel"),
-          ("host ops", lambda e: e.get("cat") == "cpu_op"))
+
+
+def is_hs_range(e: dict) -> bool:
+    return e.get("cat") == "user_annotation" and e["name"].startswith("hs.")
+
+
+def is_kernel(e: dict) -> bool:
+    return e.get("cat") == "kernel"
+
+
+TABLES = (("hs ranges (host)", is_hs_range), ("GPU kernels", is_kernel), ("host ops", lambda e: e.get("cat") == "cpu_op"))
 
 
 def load_events(path: Path) -> list[dict]:
@@ -53,7 +61,7 @@ def summarize(path: Path, top: int = 15) -> str:
             short = name if len(name) <= 70 else name[:67] + "..."
             lines.append(f"| {short.replace('|', '/')} | {ms:.1f} | {calls[name]} | {100 * ms / span_ms:.1f} |")
         lines.append("")
-    kernels = [e for e in events if e.get("cat") == "kernel"]
+    kernels = [e for e in events if is_kernel(e)]
     if kernels:
         lines += [f"GPU idle: {100 * (1 - busy_ms(kernels) / span_ms):.0f} % of the span", ""]
         waits = host_waits(events)
@@ -82,7 +90,7 @@ def busy_ms(kernels: list[dict]) -> float:
 def host_waits(events: list[dict]) -> dict[str, tuple[float, int]]:
     """Synchronizing CUDA runtime calls (``SYNCS``), summed (ms, calls) by the innermost ``hs.*`` range of the same
     thread that holds each, ``outside hs`` where none does."""
-    ranges = [e for e in events if e.get("cat") == "user_annotation" and e["name"].startswith("hs.")]
+    ranges = [e for e in events if is_hs_range(e)]
     out = defaultdict(lambda: (0.0, 0))
     for e in events:
         if e.get("cat") != "cuda_runtime" or e["name"] not in SYNCS:
@@ -99,7 +107,7 @@ def graph_replays(events: list[dict]) -> list[tuple[int, float, float]]:
     """(kernels, summed kernel ms, span ms) of each cudaGraphLaunch that ran kernels."""
     by_launch = defaultdict(list)
     for e in events:
-        if e.get("cat") == "kernel":
+        if is_kernel(e):
             by_launch[e.get("args", {}).get("correlation")].append(e)
     out = []
     for launch in events:
