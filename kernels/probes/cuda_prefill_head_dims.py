@@ -1,8 +1,11 @@
 """The CUDA Trans-Both prefill at head_dim 64 and 128 against cuDNN: 32K tokens one shot, causal, Llama's 32/8 heads,
-S_K = S_V = 1 (the chunk compressed by ``compress_chunk`` first, not timed), bf16, triton.testing.do_bench.
+S_K = S_V = 1 (the chunk compressed by ``compress_chunk`` first, not timed), bf16 and fp16 (cuDNN in the same dtype),
+triton.testing.do_bench.
 
-    python kernels/probes/cuda_prefill_head_dims.py
+    python kernels/probes/cuda_prefill_head_dims.py [--dtype bfloat16 float16]
 """
+
+import argparse
 
 import torch
 import torch.nn.functional as F
@@ -13,11 +16,11 @@ from hs_kernels import cuda_prefill
 from hs_kernels.chunk_blocks import compress_chunk
 
 
-def main(t: int = 32768, h_q: int = 32, h_kv: int = 8):
-    for d in (64, 128):
+def main(dtypes=("bfloat16", "float16"), t: int = 32768, h_q: int = 32, h_kv: int = 8):
+    for dtype, d in ((dtype, d) for dtype in dtypes for d in (64, 128)):
         gen = torch.Generator(device="cuda")
         gen.manual_seed(0)
-        q, k, v = (torch.randn(t, h, d, generator=gen, device="cuda").to(torch.bfloat16) for h in (h_q, h_kv, h_kv))
+        q, k, v = (torch.randn(t, h, d, generator=gen, device="cuda").to(getattr(torch, dtype)) for h in (h_q, h_kv, h_kv))
         chunk = compress_chunk(k, v, 1, 1)
         keys = cuda_prefill.SparseBlocks(chunk.k_vals, chunk.k_meta, chunk.k_index)
         values = cuda_prefill.SparseBlocks(chunk.v_vals, chunk.v_meta, chunk.v_index)
@@ -26,9 +29,11 @@ def main(t: int = 32768, h_q: int = 32, h_kv: int = 8):
         with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
             base = triton.testing.do_bench(
                 lambda: F.scaled_dot_product_attention(qt, kt, vt, is_causal=True, enable_gqa=True), rep=200)
-        print(f"d {d}: {t // 1024}K causal, {h_q}/{h_kv} heads, S 1/1: ours {ours:.2f} ms, cuDNN {base:.2f} ms, "
+        print(f"{dtype} d {d}: {t // 1024}K causal, {h_q}/{h_kv} heads, S 1/1: ours {ours:.2f} ms, cuDNN {base:.2f} ms, "
               f"{base / ours:.2f}x", flush=True)
 
 
 if __name__ == "__main__":
-    main()
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dtype", nargs="+", choices=["bfloat16", "float16"], default=["bfloat16", "float16"])
+    main(ap.parse_args().dtype)
