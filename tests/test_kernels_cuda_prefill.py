@@ -115,14 +115,15 @@ def test_compressed_prefill_rejects_mismatched_chunk_keys():
         gpu.prefill_compressed_attention(q, k[:32], v, chunk)
 
 
-@pytest.mark.parametrize("group, head_dim, fp16", [(1, 128, False), (4, 128, False), (16, 128, False), (4, 64, False),
-                                                   (3, 64, False), (6, 128, False), (4, 128, True), (3, 64, True)])
-def test_kernel_builds_for_hopper(group, head_dim, fp16, tmp_path):
-    """The source compiles for sm_90a at these GQA ratios, head_dims and dtypes with the machine's nvcc (no GPU
-    needed), once."""
+@pytest.mark.parametrize("group, head_dim, extra", [(1, 128, ()), (4, 128, ()), (16, 128, ()), (4, 64, ()), (3, 64, ()),
+                                                   (6, 128, ()), (4, 128, ("HS_FP16",)), (3, 64, ("HS_FP16",)),
+                                                   (4, 128, ("HS_FP16", "HS_FP16_V_TMA"))])
+def test_kernel_builds_for_hopper(group, head_dim, extra, tmp_path):
+    """The source compiles for sm_90a at these GQA ratios, head_dims and dtypes (fp16: V loaded by the producer's warps,
+    or by TMA) with the machine's nvcc (no GPU needed), once."""
     if nvcc.find() is None:
         pytest.skip("no nvcc on this machine")
-    defines = (f"HS_G={group}", f"HS_D={head_dim}", *(("HS_FP16",) if fp16 else ()))
+    defines = (f"HS_G={group}", f"HS_D={head_dim}", *extra)
     so = nvcc.library(cuda_prefill.SOURCE, "sm_90a", defines, tmp_path)
     assert so.exists() and so.stat().st_size > 0 and list(tmp_path.iterdir()) == [so]
     assert nvcc.library(cuda_prefill.SOURCE, "sm_90a", defines, tmp_path) == so
