@@ -66,6 +66,11 @@ def supports(q: torch.Tensor, h_kv: int) -> bool:
             and available())
 
 
+def ready(q: torch.Tensor, h_kv: int) -> bool:
+    """``supports`` the queries, and the library for their GQA ratio, head_dim and dtype is ``built``."""
+    return supports(q, h_kv) and built(q.shape[1] // h_kv, q.shape[-1], q.dtype)
+
+
 @functools.lru_cache(maxsize=None)
 def library(group: int, head_dim: int = 128, defines: tuple[str, ...] = (),
             dtype: torch.dtype = torch.bfloat16) -> ctypes.CDLL:

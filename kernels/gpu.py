@@ -482,7 +482,7 @@ def cuda_prefix_supported(q: torch.Tensor, k_pool: BlockPool, v_pool: BlockPool,
     it builds, both pools hold 2:4 slots and the prefix has a full block."""
     h_kv = k_index.shape[0]
     return (_gpu_allowed() and prefix_len >= BLOCK_SIZE and k_pool.values.shape[0] > 0 and v_pool.values.shape[0] > 0
-            and cp.supports(q, h_kv) and cp.built(q.shape[1] // h_kv, q.shape[-1], q.dtype))
+            and cp.ready(q, h_kv))
 
 
 def cuda_prefix_pays(q: torch.Tensor, k_pool: BlockPool, v_pool: BlockPool, k_index: torch.Tensor,
@@ -605,7 +605,7 @@ def prefill_compressed_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
     _ref._check_prefill(q, k, v, *pools, empty, empty, 0)
     h_kv = k.shape[1]
     if (_gpu_allowed() and chunk.v_mode == "sparse" and chunk.k_mode in ("sparse", "dense")
-            and cp.supports(q, h_kv) and cp.built(q.shape[1] // h_kv, q.shape[-1], q.dtype)):
+            and cp.ready(q, h_kv)):
         keys = k if chunk.k_mode == "dense" else cp.SparseBlocks(chunk.k_vals, chunk.k_meta, chunk.k_index)
         values = cp.SparseBlocks(chunk.v_vals, chunk.v_meta, chunk.v_index)
         return cp.attend(q, keys, values, _ref._scale(sm_scale, q), q_pos0=0)

@@ -64,7 +64,7 @@ constexpr bool V_IN_PLACE = FP16;
 #else
 constexpr bool V_IN_PLACE = false;
 #endif
-constexpr bool V_BY_WARPS = FP16 && !V_IN_PLACE, V_BY_TMA = !V_BY_WARPS;
+constexpr bool V_BY_WARPS = FP16 && !V_IN_PLACE;
 constexpr int CONVERTERS = 96;  // the producer warpgroup's warps 1-3 (fp16)
 static_assert(D == 64 || D == 128, "head_dim 64 or 128");
 // a 2:4 K block's row (D / 2 values) fills a 128-byte swizzle atom at d 128, a 64-byte one at d 64 (descriptor modes
@@ -225,7 +225,7 @@ __device__ __forceinline__ void stage_block(uint32_t base, uint32_t bar, int j, 
                                             const CUtensorMap* k_map, const CUtensorMap* v_map,
                                             const uint32_t* k_meta, const uint32_t* v_meta) {
     using L = Layout<K_DENSE>;
-    constexpr int bytes = L::KV_BYTES + (V_BY_TMA ? VV_BYTES : 0) + L::KM_BYTES + VM_BYTES;
+    constexpr int bytes = L::KV_BYTES + (V_BY_WARPS ? 0 : VV_BYTES) + L::KM_BYTES + VM_BYTES;
     bar_expect(bar, bytes);
 #ifndef HS_NO_COPY
     const int ks = ~k_entry, vs = ~v_entry;
@@ -235,7 +235,7 @@ __device__ __forceinline__ void stage_block(uint32_t base, uint32_t bar, int j, 
     } else {
         tma_3d(base, k_map, 0, 0, ks, bar);
     }
-    if constexpr (V_BY_TMA)
+    if constexpr (!V_BY_WARPS)
         asm volatile(
             "cp.async.bulk.tensor.5d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5, "
             "%6}], [%7];" ::"r"(base + L::KV_BYTES), "l"(v_map), "r"(0), "r"(0), "r"(0), "r"(0), "r"(vs), "r"(bar)
