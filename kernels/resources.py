@@ -48,8 +48,8 @@ KNOWN_SPILLS = {"stream d128 rows 128": 612, "stream d256 rows 64": 700, "stream
                 # twenty-fifth session: GQA ratios not dividing 64; odd ones test the causal mask per row, as G 1 does
                 # (built and checked on CPU, not yet run on the GPU)
                 "cuda prefill G3 K sparse": 172, "cuda prefill G7 K sparse": 172, "cuda prefill G7 K dense": 16,
-                # twenty-eighth session: fp16 (built on CPU, not yet run on the GPU; the producer at 32 registers, which
-                # leaves the consumers their 160); 2:4 keys spill as bf16 does (G 6: 8 bytes more), dense keys 16 bytes
+                # twenty-eighth session: fp16 (run on the H200 in the twenty-ninth); 2:4 keys spill as bf16 does (G 6:
+                # 8 bytes more), dense keys 16 bytes
                 "cuda prefill G1 K sparse fp16": 116, "cuda prefill G3 K sparse fp16": 172,
                 "cuda prefill G6 K sparse fp16": 8, "cuda prefill G7 K sparse fp16": 172,
                 **{f"cuda prefill G{g} K dense fp16": 16 for g in (1, 2, 3, 4, 6, 7, 8, 16, 64)}}

@@ -27,10 +27,9 @@
 // metadata registers are written only where no wgmma is in flight (else ptxas serializes the wgmmas, C7513).
 // Layouts as measured by kernels/probes/wgmma_sp_layout.cu and wgmma_tile_layout.cu (kernels/NOTES_GPU.md).
 // fp16 (HS_FP16): S is an fp16 GEMM, but P stays bf16, since fp16's range (2^-24 .. 2^16) cannot hold the static
-// offset's exponentials; so V reaches the stage rounded to bf16 by the producer warpgroup's other three warps: loaded
-// from global memory and rounded on the way, stored in the layout the TMA box gives (one arrival each on full), or
-// with HS_FP16_V_TMA brought by TMA and rounded in place (16 KB more shared-memory traffic per block), each stage then
-// handed to the consumers by a ready mbarrier of its own.
+// offset's exponentials; so V must reach the PV GEMM in bf16: the producer warpgroup's other three warps round each
+// staged V block in place and hand the stage to the consumers by a ready mbarrier of its own (loading V from global
+// memory in those warps instead, to save the 16 KB of shared-memory traffic per block, ran 1.9x slower at d 128).
 // kernels/probes/trans_both_sp.py checks and times it against cuDNN. Ablations, to see which part sets the time
 // (results then wrong): -DHS_NO_COPY (the producer copies nothing), -DHS_NO_S, -DHS_NO_EXP (an FMA in place of each
 // exponential), -DHS_NO_PV (the wgmmas of each part left out).
@@ -59,12 +58,6 @@ using Elem = __half;
 constexpr bool FP16 = false;
 using Elem = __nv_bfloat16;
 #endif
-#ifdef HS_FP16_V_TMA
-constexpr bool V_IN_PLACE = FP16;
-#else
-constexpr bool V_IN_PLACE = false;
-#endif
-constexpr bool V_BY_WARPS = FP16 && !V_IN_PLACE;
 constexpr int CONVERTERS = 96;  // the producer warpgroup's warps 1-3 (fp16)
 static_assert(D == 64 || D == 128, "head_dim 64 or 128");
 // a 2:4 K block's row (D / 2 values) fills a 128-byte swizzle atom at d 128, a 64-byte one at d 64 (descriptor modes
@@ -77,9 +70,8 @@ constexpr int CONSUMERS = HS_CONSUMERS, TOKENS = CONSUMERS * (ROWS / G), THREADS
 // registers per thread: the producer warpgroup hands most of its share to the consumers (setmaxnreg, in steps of 8,
 // at most 240), as FA3 does; ptxas allocates the consumer's code to that count. The pool is what the CTA got at
 // launch (LAUNCH_REGS per thread): asking for more blocks setmaxnreg.inc for ever (at 4 consumers, 640 threads hold
-// 96 each, so the consumers can have 112, not 120). 2 consumers: 40 / 232; 3: 24 / 160, or 32 / 160 where the
-// producer's warps load V (at 24 they spilled).
-constexpr int PRODUCER_REGS = CONSUMERS == 2 ? 40 : V_BY_WARPS ? 32 : 24;
+// 96 each, so the consumers can have 112, not 120). 2 consumers: 40 / 232; 3: 24 / 160.
+constexpr int PRODUCER_REGS = CONSUMERS == 2 ? 40 : 24;
 constexpr int LAUNCH_REGS = 65536 / THREADS / 8 * 8;
 constexpr int CONSUMER_REGS_FIT = (LAUNCH_REGS * THREADS - PRODUCER_REGS * 128) / (CONSUMERS * 128) / 8 * 8;
 constexpr int CONSUMER_REGS = CONSUMER_REGS_FIT > 240 ? 240 : CONSUMER_REGS_FIT;
@@ -97,9 +89,9 @@ struct Layout {
     static constexpr int KV_BYTES = K_DENSE ? 2 * BS * D : SPARSE_K_BYTES, KM_BYTES = K_DENSE ? 0 : BS * D / 8;
     static constexpr int STAGE_BYTES = (KV_BYTES + VV_BYTES + KM_BYTES + VM_BYTES + 1023) / 1024 * 1024;
     static constexpr int RED_OFF = STAGE_OFF + STAGES * STAGE_BYTES;  // per consumer [4 warps][64 rows] float
-    // full[STAGES], then empty[STAGES], then (V_IN_PLACE) ready[STAGES]
+    // full[STAGES], then empty[STAGES], then (fp16) ready[STAGES]
     static constexpr int BAR_OFF = RED_OFF + CONSUMERS * 4 * ROWS * 4;
-    static constexpr int SMEM = BAR_OFF + (V_IN_PLACE ? 3 : 2) * STAGES * 8;
+    static constexpr int SMEM = BAR_OFF + (FP16 ? 3 : 2) * STAGES * 8;
 };
 
 __device__ __forceinline__ int sw128(int row, int chunk) { return row * 128 + ((chunk ^ (row % 8)) * 16); }
@@ -217,7 +209,7 @@ __device__ __forceinline__ void tma_3d(uint32_t dst, const CUtensorMap* map, int
 
 // block j of KV head hk (entries: sparse, ~slot) of K and V into the stage at base, by one thread, completing on the
 // mbarrier bar: K values by a 3-D map ([slots, 64, D / 2], 128B or 64B swizzle: the layout its descriptor reads;
-// K_DENSE: the dense keys [tokens, h_kv, D], D / 64 [64, 64] boxes), V^T values (unless V_BY_WARPS) by a 5-D map whose box
+// K_DENSE: the dense keys [tokens, h_kv, D], D / 64 [64, 64] boxes), V^T values by a 5-D map whose box
 // order is the core-matrix layout (8 elements, 8 rows, 4 16-byte units, D / 8 row groups, slot), each metadata block by a
 // 1-D bulk copy
 template <bool K_DENSE>
@@ -225,7 +217,7 @@ __device__ __forceinline__ void stage_block(uint32_t base, uint32_t bar, int j, 
                                             const CUtensorMap* k_map, const CUtensorMap* v_map,
                                             const uint32_t* k_meta, const uint32_t* v_meta) {
     using L = Layout<K_DENSE>;
-    constexpr int bytes = L::KV_BYTES + (V_BY_WARPS ? 0 : VV_BYTES) + L::KM_BYTES + VM_BYTES;
+    constexpr int bytes = L::KV_BYTES + VV_BYTES + L::KM_BYTES + VM_BYTES;
     bar_expect(bar, bytes);
 #ifndef HS_NO_COPY
     const int ks = ~k_entry, vs = ~v_entry;
@@ -235,11 +227,9 @@ __device__ __forceinline__ void stage_block(uint32_t base, uint32_t bar, int j, 
     } else {
         tma_3d(base, k_map, 0, 0, ks, bar);
     }
-    if constexpr (!V_BY_WARPS)
-        asm volatile(
-            "cp.async.bulk.tensor.5d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5, "
-            "%6}], [%7];" ::"r"(base + L::KV_BYTES), "l"(v_map), "r"(0), "r"(0), "r"(0), "r"(0), "r"(vs), "r"(bar)
-            : "memory");
+    asm volatile(
+        "cp.async.bulk.tensor.5d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5, %6}], "
+        "[%7];" ::"r"(base + L::KV_BYTES), "l"(v_map), "r"(0), "r"(0), "r"(0), "r"(0), "r"(vs), "r"(bar) : "memory");
     if constexpr (!K_DENSE)
         asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
                      ::"r"(base + L::KV_BYTES + VV_BYTES), "l"(k_meta + (size_t)ks * BS * D / 32), "r"(L::KM_BYTES),
@@ -340,12 +330,12 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
     const int nbc = causal ? min(nb, (q_pos0 + min(t_len, (tile + 1) * TOKENS) - 1) / BS + 1)
                            : K_DENSE ? nb : (split + 1) * nb / gridDim.z - first;
     const uint32_t sbase = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-    // ready: a stage the consumers may read (V_IN_PLACE: once its V is rounded to bf16)
-    const uint32_t full = sbase + L::BAR_OFF, empty = full + STAGES * 8, ready = V_IN_PLACE ? empty + STAGES * 8 : full;
+    // ready: a stage the consumers may read (fp16: once its V is rounded to bf16)
+    const uint32_t full = sbase + L::BAR_OFF, empty = full + STAGES * 8, ready = FP16 ? empty + STAGES * 8 : full;
     if (tid == 0) {
         for (int s = 0; s < STAGES; s++) {
-            bar_init(full + 8 * s, 1 + (V_BY_WARPS ? CONVERTERS : 0)), bar_init(empty + 8 * s, CONSUMERS * 128);
-            if constexpr (V_IN_PLACE) bar_init(ready + 8 * s, CONVERTERS);
+            bar_init(full + 8 * s, 1), bar_init(empty + 8 * s, CONSUMERS * 128);
+            if constexpr (FP16) bar_init(ready + 8 * s, CONVERTERS);
         }
     }
     // every thread: Q^T of consumer cw, row r = token tile * TOKENS + cw * 64 / G + r / G, head G hk + r % G, D / 8
@@ -385,27 +375,15 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
                 stage_block<K_DENSE>(sbase + STAGE_OFF + (j % STAGES) * L::STAGE_BYTES, full + 8 * (j % STAGES),
                                      first + j, hk, ke, ve, &k_map, &v_map, k_meta, v_meta);
             }
-        } else if (FP16 && tid % 128 >= 128 - CONVERTERS) {  // warps 1-3: V to bf16 (HS_FP16 above)
-            const int c = tid % 128 - (128 - CONVERTERS);
-            int v_next = V_BY_WARPS && nbc > 0 ? vi[0] : 0;
+        } else if (FP16 && tid % 128 >= 128 - CONVERTERS) {  // warps 1-3: each staged V block to bf16, in place
             for (int j = 0; j < nbc; j++) {
                 const int stage = j % STAGES;
+                bar_wait(full + 8 * stage, (j / STAGES) & 1);
                 uint4* vals = reinterpret_cast<uint4*>(smem + STAGE_OFF + stage * L::STAGE_BYTES + L::KV_BYTES);
-                if constexpr (V_BY_WARPS) {  // 16-byte unit i of the stage: row 8 (i / 32) + i % 8, unit (i / 8) % 4
-                    const uint4* src = reinterpret_cast<const uint4*>(v_vals) + (size_t)~v_next * (VV_BYTES / 16);
-                    if (j + 1 < nbc) v_next = vi[j + 1];
-                    if (j >= STAGES) bar_wait(empty + 8 * stage, (j / STAGES - 1) & 1);
-                    #pragma unroll
-                    for (int i = c; i < VV_BYTES / 16; i += CONVERTERS)
-                        vals[i] = bf16_from_f16(src[(8 * (i / 32) + i % 8) * 4 + (i / 8) % 4]);
-                    async_proxy_fence();  // the stores, before the consumers' wgmmas read them
-                    bar_arrive(full + 8 * stage);
-                } else {
-                    bar_wait(full + 8 * stage, (j / STAGES) & 1);
-                    for (int i = c; i < VV_BYTES / 16; i += CONVERTERS) vals[i] = bf16_from_f16(vals[i]);
-                    async_proxy_fence();
-                    bar_arrive(ready + 8 * stage);
-                }
+                for (int i = tid % 128 - (128 - CONVERTERS); i < VV_BYTES / 16; i += CONVERTERS)
+                    vals[i] = bf16_from_f16(vals[i]);
+                async_proxy_fence();  // the stores, before the consumers' wgmmas read them
+                bar_arrive(ready + 8 * stage);
             }
         }
         return;

@@ -1,7 +1,7 @@
 """The CUDA Trans-Both prefill at head_dim 64 and 128 against cuDNN: 32K tokens one shot, causal, Llama's 32/8 heads,
 S_K = S_V = 1 (the chunk compressed by ``compress_chunk`` first, not timed), bf16 and fp16 (cuDNN in the same dtype),
 triton.testing.do_bench. Each row also gives the kernel's relative error against cuDNN on the decompressed chunk (the
-oracle's inputs): a build variant (``--define``, e.g. HS_FP16_V_TMA) is timed and checked in one run.
+oracle's inputs): a build variant (``--define``, e.g. HS_NO_PV) is timed and checked in one run.
 
     python kernels/probes/cuda_prefill_head_dims.py [--dtype bfloat16 float16] [--define MACRO ...]
 """
