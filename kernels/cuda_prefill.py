@@ -8,7 +8,10 @@ exceeds (Cauchy-Schwarz), less ``OFFSET_HEADROOM``. Its exponentials flush to ze
 all lie far below its offset would lose them: the kernel marks the rows whose sum of exponentials ends below
 2^-``UNDERFLOW_GAP`` (a NaN log-sum-exp), and those are recomputed on the GPU with a running maximum (``rescue``).
 
-Built per GQA ratio and head_dim (macros ``HS_G``, ``HS_D``) for sm_90a with the machine's nvcc on first use (``nvcc.library``) and loaded
+bf16 or fp16: in fp16 the scores are an fp16 GEMM, but P stays bf16 (fp16 cannot hold exponentials up to
+2^``OFFSET_HEADROOM``), so V is rounded to bf16 as it is staged, and the output keeps bf16's precision.
+
+Built per GQA ratio, head_dim and dtype (macros ``HS_G``, ``HS_D``, ``HS_FP16``) for sm_90a with the machine's nvcc on first use (``nvcc.library``) and loaded
 with ctypes. ``$HS_CUDA_PREFILL_SOURCE`` names another source to build instead (a candidate version, benchmarked
 against the shipped one in the same device call).
 """
@@ -41,6 +44,7 @@ UNDERFLOW_GAP = 78
 OFFSET_HEADROOM = 80.0
 LOG2E = 1.4426950408889634
 REFUSED = "every index entry must name a 2:4 slot of its pool (~slot, inside the pool)"
+DTYPES = (torch.bfloat16, torch.float16)
 
 
 @functools.lru_cache(maxsize=None)
@@ -55,18 +59,27 @@ def fits(head_dim: int, group: int) -> bool:
 
 
 def supports(q: torch.Tensor, h_kv: int) -> bool:
-    """Whether ``attend`` runs for queries ``q [T, H_q, D]`` of ``h_kv`` KV heads here (the build aside): bf16, ``fits``,
-    sm_90."""
+    """Whether ``attend`` runs for queries ``q [T, H_q, D]`` of ``h_kv`` KV heads here (the build aside): bf16 or fp16,
+    ``fits``, sm_90."""
     group = q.shape[1] // h_kv if q.dim() == 3 and h_kv > 0 else 0
-    return (q.is_cuda and q.dtype == torch.bfloat16 and q.shape[1] == group * h_kv and fits(q.shape[-1], group)
+    return (q.is_cuda and q.dtype in DTYPES and q.shape[1] == group * h_kv and fits(q.shape[-1], group)
             and available())
 
 
+def ready(q: torch.Tensor, h_kv: int) -> bool:
+    """``supports`` the queries, and the library for their GQA ratio, head_dim and dtype is ``built``."""
+    return supports(q, h_kv) and built(q.shape[1] // h_kv, q.shape[-1], q.dtype)
+
+
 @functools.lru_cache(maxsize=None)
-def library(group: int, head_dim: int = 128, defines: tuple[str, ...] = ()) -> ctypes.CDLL:
-    """The kernel for ``group`` query heads per KV head at ``head_dim`` (``defines``: more macros, e.g. the source's
-    ablations)."""
-    lib = ctypes.CDLL(str(nvcc.library(SOURCE, "sm_90a", (f"HS_G={group}", f"HS_D={head_dim}", *defines))))
+def library(group: int, head_dim: int = 128, defines: tuple[str, ...] = (),
+            dtype: torch.dtype = torch.bfloat16) -> ctypes.CDLL:
+    """The kernel for ``group`` query heads per KV head at ``head_dim`` in ``dtype`` (``DTYPES``; ``defines``: more
+    macros, e.g. the source's ablations)."""
+    if dtype not in DTYPES:
+        raise ValueError(f"the CUDA prefill is built for bf16 and fp16, not {dtype}")
+    fp16 = ("HS_FP16",) if dtype == torch.float16 else ()
+    lib = ctypes.CDLL(str(nvcc.library(SOURCE, "sm_90a", (f"HS_G={group}", f"HS_D={head_dim}", *fp16, *defines))))
     p, i = ctypes.c_void_p, ctypes.c_int
     lib.hs_prefill_sp.restype = i
     lib.hs_prefill_sp.argtypes = [p] * 8 + [i, i] + [p] * 3 + [i] * 4 + [ctypes.c_float, i] + [ctypes.c_float] * 2 + [p]
@@ -76,19 +89,19 @@ def library(group: int, head_dim: int = 128, defines: tuple[str, ...] = ()) -> c
 
 
 @functools.lru_cache(maxsize=None)
-def resident(group: int, k_dense: bool = False, head_dim: int = 128) -> int:
-    """CTAs of the attention kernel per SM (the occupancy calculator on the ``group``, ``head_dim`` build)."""
-    return max(1, library(group, head_dim).hs_prefill_sp_resident(int(k_dense)))
+def resident(group: int, k_dense: bool = False, head_dim: int = 128, dtype: torch.dtype = torch.bfloat16) -> int:
+    """CTAs of the attention kernel per SM (the occupancy calculator on the ``group``, ``head_dim``, ``dtype`` build)."""
+    return max(1, library(group, head_dim, dtype=dtype).hs_prefill_sp_resident(int(k_dense)))
 
 
 @functools.lru_cache(maxsize=None)
-def built(group: int, head_dim: int = 128) -> bool:
-    """``available()`` and the library for ``group`` and ``head_dim`` builds and loads here; a failed build is reported
-    once."""
+def built(group: int, head_dim: int = 128, dtype: torch.dtype = torch.bfloat16) -> bool:
+    """``available()`` and the library for ``group``, ``head_dim`` and ``dtype`` builds and loads here; a failed build
+    is reported once."""
     if not available():
         return False
     try:
-        library(group, head_dim)
+        library(group, head_dim, dtype=dtype)
     except (RuntimeError, OSError) as e:
         warnings.warn(f"the CUDA prefill kernel does not build here, another path is used: {e}", stacklevel=2)
         return False
@@ -114,12 +127,13 @@ class SparseBlocks(NamedTuple):
 def attend(q: torch.Tensor, k: SparseBlocks | torch.Tensor, v: SparseBlocks, scale: float, q_pos0: int | None = None,
            out: torch.Tensor | None = None, lse: torch.Tensor | None = None, fallback: bool = True,
            defines: tuple[str, ...] = ()) -> tuple[torch.Tensor, torch.Tensor]:
-    """Attention of ``q [T, H_q, D]`` (bf16, D 64 or 128, on an sm_90 GPU: ``supports``) over the ``64 nb`` tokens whose V
-    blocks are ``v``'s (2:4) and whose keys are ``k``: 2:4 blocks too, or the dense keys ``[64 nb, H_kv, D]`` (bf16).
+    """Attention of ``q [T, H_q, D]`` (bf16 or fp16, D 64 or 128, on an sm_90 GPU: ``supports``) over the ``64 nb`` tokens
+    whose V blocks are ``v``'s (2:4) and whose keys are ``k``: 2:4 blocks too, or the dense keys ``[64 nb, H_kv, D]``,
+    all in q's dtype.
 
     q_pos0: None, every query sees every key; else query ``i`` sits at position ``q_pos0 + i`` of the sequence and sees
     the keys at or before it (``0 <= q_pos0``, ``q_pos0 + T <= 64 nb``).
-    Returns ``out [T, H_q, D]`` bf16 and ``lse [T, H_q]`` float32 (natural log), into the buffers given if any.
+    Returns ``out [T, H_q, D]`` (q's dtype) and ``lse [T, H_q]`` float32 (natural log), into the buffers given if any.
     fallback: recompute the rows whose static offset lay too far above their scores (``UNDERFLOW_GAP``); False only
     to see what the kernel alone gives (those rows' ``lse`` then is NaN). Raises ValueError on an entry that is not a
     2:4 slot of its pool, or dense keys of another length."""
@@ -185,9 +199,11 @@ def launch(q, k: SparseBlocks | torch.Tensor, v: SparseBlocks, scale: float, q_p
     that many consecutive parts, part ``z`` attended into ``out[z]`` / ``lse[z]`` (``out [splits, T, H_q, D]``, ``lse
     [splits, T, H_q]``, to be merged by log-sum-exp). ``flag``: rows whose sum of exponentials underflowed get a NaN
     ``lse``; False: a part keeps what it summed (out 0, lse -inf where nothing), for callers that look at the merged
-    ``lse`` (``rescue``)."""
+    ``lse`` (``rescue``). Raises ValueError where the keys, values or ``out`` are not in q's dtype."""
     t, h_q, d = q.shape
     h_kv, nb = v.index.shape
+    if any(x.dtype != q.dtype for x in (k if isinstance(k, torch.Tensor) else k.values, v.values, out)):
+        raise ValueError(f"keys, values and out must be in the queries' dtype ({q.dtype})")
     if not 1 <= splits <= (nb if q_pos0 is None else 1):
         raise ValueError(f"splits must be 1 .. {nb} without a mask, 1 with one, got {splits}")
     if out.numel() != splits * t * h_q * d or lse.numel() != splits * t * h_q or not (
@@ -197,7 +213,7 @@ def launch(q, k: SparseBlocks | torch.Tensor, v: SparseBlocks, scale: float, q_p
     dense = isinstance(k, torch.Tensor)
     k_ptrs = (k.data_ptr(), None, None, None, 0) if dense else (
         None, k.values.data_ptr(), k.meta.data_ptr(), k.index.data_ptr(), k.values.shape[0])
-    rc = library(h_q // h_kv, d, defines).hs_prefill_sp(
+    rc = library(h_q // h_kv, d, defines, q.dtype).hs_prefill_sp(
         q.data_ptr(), *k_ptrs[:3], v.values.data_ptr(), v.meta.data_ptr(), k_ptrs[3], v.index.data_ptr(), k_ptrs[4],
         v.values.shape[0], work.data_ptr(), out.data_ptr(), lse.data_ptr(), t, h_kv, nb, splits, scale * LOG2E,
         -1 if q_pos0 is None else q_pos0, 2.0 ** -UNDERFLOW_GAP if flag else 0.0, OFFSET_HEADROOM,

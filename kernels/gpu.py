@@ -434,7 +434,7 @@ def prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     options = dict(block_m=block_m, num_warps=num_warps, num_stages=num_stages, select=select, chunk_n=chunk_n,
                    heads=heads, densify=densify, prefix_n=prefix_n, tma=tma)
     if kernel == "cuda" and not cuda_prefix_supported(q, k_pool, v_pool, k_index, prefix_len):
-        raise ValueError("kernel='cuda' needs bf16 queries of head_dim 64 or 128 with a GQA ratio of 1 to "
+        raise ValueError("kernel='cuda' needs bf16 or fp16 queries of head_dim 64 or 128 with a GQA ratio of 1 to "
                          f"{cp.ROWS} on sm_90 with nvcc, 2:4 slots in both pools and a full prefix block")
     given = split is not None
     if given and len(split.sparse) + len(split.rest) != -(-prefix_len // BLOCK_SIZE):
@@ -482,7 +482,7 @@ def cuda_prefix_supported(q: torch.Tensor, k_pool: BlockPool, v_pool: BlockPool,
     it builds, both pools hold 2:4 slots and the prefix has a full block."""
     h_kv = k_index.shape[0]
     return (_gpu_allowed() and prefix_len >= BLOCK_SIZE and k_pool.values.shape[0] > 0 and v_pool.values.shape[0] > 0
-            and cp.supports(q, h_kv) and cp.built(q.shape[1] // h_kv, q.shape[-1]))
+            and cp.ready(q, h_kv))
 
 
 def cuda_prefix_pays(q: torch.Tensor, k_pool: BlockPool, v_pool: BlockPool, k_index: torch.Tensor,
@@ -503,11 +503,12 @@ def cuda_prefix_worth(t: int, keys: int, given: bool = False) -> bool:
                                                               else CUDA_PREFIX_LONG_MIN_PAIRS)))
 
 
-def cuda_prefix_splits(t: int, h_q: int, h_kv: int, blocks: int, device: torch.device, head_dim: int = 128) -> int:
+def cuda_prefix_splits(t: int, h_q: int, h_kv: int, blocks: int, device: torch.device, head_dim: int = 128,
+                       dtype: torch.dtype = torch.bfloat16) -> int:
     """Parts of the ``blocks`` 2:4 prefix blocks that the CUDA kernel attends for ``t`` query tokens: 1 where its
     CTAs fill ``CUDA_PREFIX_MIN_WAVES`` waves, else ``wave_splits`` of the CTAs with
     ``CUDA_PREFIX_SPLIT_OVERHEAD_BLOCKS``."""
-    ctas, slots = cp.ctas(t, h_q, h_kv), _sm_count(device) * cp.resident(h_q // h_kv, head_dim=head_dim)
+    ctas, slots = cp.ctas(t, h_q, h_kv), _sm_count(device) * cp.resident(h_q // h_kv, head_dim=head_dim, dtype=dtype)
     if ctas >= CUDA_PREFIX_MIN_WAVES * slots:
         return 1
     return wave_splits(ctas, blocks, slots, CUDA_PREFIX_SPLIT_OVERHEAD_BLOCKS)
@@ -571,7 +572,7 @@ def cuda_prefix_prefill(q, k, v, k_pool, v_pool, prefix_len: int, scale: float, 
     ``sparse`` block is not a slot of its pool (``cuda_prefix_blocks`` raises there)."""
     t, h_q, d = q.shape
     h_kv, blocks = split.k_sparse.shape
-    splits = cuda_prefix_splits(t, h_q, h_kv, blocks, q.device, d) if splits is None else splits
+    splits = cuda_prefix_splits(t, h_q, h_kv, blocks, q.device, d, q.dtype) if splits is None else splits
     part_out = torch.empty(splits + 1, t, h_q, d, dtype=q.dtype, device=q.device)
     part_lse = torch.empty(splits + 1, t, h_q, dtype=torch.float32, device=q.device)
     keys = cp.SparseBlocks(k_pool.values, k_pool.meta, split.k_sparse)
@@ -594,7 +595,7 @@ def prefill_compressed_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
     compressed first (``chunk``: ``chunk_blocks.compress_chunk(k, v, s_k, s_v)``). The oracle is the reference
     ``prefill_attention`` on ``chunk_blocks.chunk_as_dense(k, v, chunk)`` with an empty prefix. Runs the sparse tensor
     cores (``cuda_prefill.attend``) where every tile of V is 2:4, those of K all 2:4 or all dense, and
-    ``cuda_prefill.supports`` the queries (bf16, head_dim 64 or 128, GQA ratio 1 to 64, sm_90), else the TileLang kernel
+    ``cuda_prefill.supports`` the queries (bf16 or fp16, head_dim 64 or 128, GQA ratio 1 to 64, sm_90), else the TileLang kernel
     where importable, else the oracle.
     Returns ``out [T, H_q, D]`` (q's dtype) and ``lse [T, H_q]`` (float32)."""
     from .chunk_blocks import chunk_as_dense
@@ -604,7 +605,7 @@ def prefill_compressed_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
     _ref._check_prefill(q, k, v, *pools, empty, empty, 0)
     h_kv = k.shape[1]
     if (_gpu_allowed() and chunk.v_mode == "sparse" and chunk.k_mode in ("sparse", "dense")
-            and cp.supports(q, h_kv) and cp.built(q.shape[1] // h_kv, q.shape[-1])):
+            and cp.ready(q, h_kv)):
         keys = k if chunk.k_mode == "dense" else cp.SparseBlocks(chunk.k_vals, chunk.k_meta, chunk.k_index)
         values = cp.SparseBlocks(chunk.v_vals, chunk.v_meta, chunk.v_index)
         return cp.attend(q, keys, values, _ref._scale(sm_scale, q), q_pos0=0)

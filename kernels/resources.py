@@ -47,7 +47,12 @@ KNOWN_SPILLS = {"stream d128 rows 128": 612, "stream d256 rows 64": 700, "stream
                 "cuda prefill G8 K dense": 16, "cuda prefill G16 K dense": 16, "cuda prefill G64 K dense": 16,
                 # twenty-fifth session: GQA ratios not dividing 64; odd ones test the causal mask per row, as G 1 does
                 # (built and checked on CPU, not yet run on the GPU)
-                "cuda prefill G3 K sparse": 172, "cuda prefill G7 K sparse": 172, "cuda prefill G7 K dense": 16}
+                "cuda prefill G3 K sparse": 172, "cuda prefill G7 K sparse": 172, "cuda prefill G7 K dense": 16,
+                # twenty-eighth session: fp16 (run on the H200 in the twenty-ninth); 2:4 keys spill as bf16 does (G 6:
+                # 8 bytes more), dense keys 16 bytes
+                "cuda prefill G1 K sparse fp16": 116, "cuda prefill G3 K sparse fp16": 172,
+                "cuda prefill G6 K sparse fp16": 8, "cuda prefill G7 K sparse fp16": 172,
+                **{f"cuda prefill G{g} K dense fp16": 16 for g in (1, 2, 3, 4, 6, 7, 8, 16, 64)}}
 
 
 @dataclass(frozen=True)
@@ -238,22 +243,25 @@ def cuda_decode_usage() -> list[Usage]:
     return [Usage(f"cuda decode {_instantiation(n)}", regs, spills, None) for n, (regs, spills) in zip(names, _parse(log))]
 
 
-def cuda_prefill_usage(groups=(1, 2, 3, 4, 6, 7, 8, 16, 64), head_dims=(128, 64)) -> list[Usage]:
-    """The CUDA Trans-Both prefill's attention kernel, 2:4 and dense keys, at each GQA ratio and head_dim (a library per
-    pair; head_dim 128 unnamed)."""
+def cuda_prefill_usage(groups=(1, 2, 3, 4, 6, 7, 8, 16, 64), head_dims=(128, 64), dtypes=("bf16", "fp16")) -> list[Usage]:
+    """The CUDA Trans-Both prefill's attention kernel, 2:4 and dense keys, at each GQA ratio, head_dim and dtype (a
+    library per triple; head_dim 128 and bf16 unnamed)."""
     from . import cuda_prefill, nvcc
 
     out = []
     with tempfile.TemporaryDirectory() as tmp:
-        for d in head_dims:
-            for g in groups:
-                log = _ptxas_log(nvcc.command(cuda_prefill.SOURCE, f"sm_{ARCH}a", Path(tmp) / "k.cubin", "-cubin",
-                                              "-Xptxas", "-v", defines=(f"HS_G={g}", f"HS_D={d}")))
-                names = re.findall(r"Compiling entry function '(\S+)'", log)
-                for name, (regs, spills) in zip(names, _parse(log)):
-                    if "trans_both_sp" in name:
-                        keys = "dense" if "ILb1E" in name else "sparse"
-                        out.append(Usage(f"cuda prefill{'' if d == 128 else f' d{d}'} G{g} K {keys}", regs, spills, None))
+        for dtype in dtypes:
+            for d in head_dims:
+                for g in groups:
+                    defines = (f"HS_G={g}", f"HS_D={d}", *(("HS_FP16",) if dtype == "fp16" else ()))
+                    log = _ptxas_log(nvcc.command(cuda_prefill.SOURCE, f"sm_{ARCH}a", Path(tmp) / "k.cubin", "-cubin",
+                                                  "-Xptxas", "-v", defines=defines))
+                    names = re.findall(r"Compiling entry function '(\S+)'", log)
+                    for name, (regs, spills) in zip(names, _parse(log)):
+                        if "trans_both_sp" in name:
+                            keys = "dense" if "ILb1E" in name else "sparse"
+                            out.append(Usage(f"cuda prefill{'' if d == 128 else f' d{d}'} G{g} K {keys}"
+                                             f"{'' if dtype == 'bf16' else ' fp16'}", regs, spills, None))
     return out
 
 

@@ -208,8 +208,8 @@ class HSAttnBackend(AttentionBackend):
             if (fits and self.pool.dtype in (torch.float16, torch.bfloat16)
                     and (self.settings.decode_kernel == "cuda" or cuda_decode.built())):
                 cuda_decode.warm_up(self.pool.head_dim, self.pool.dtype, torch.device(self.device))
-        if self.pool.dtype == torch.bfloat16 and cuda_prefill.fits(self.pool.head_dim, group):
-            cuda_prefill.built(group, self.pool.head_dim)  # nvcc now, not under the first long chunk after a cached prefix
+        if self.pool.dtype in cuda_prefill.DTYPES and cuda_prefill.fits(self.pool.head_dim, group):
+            cuda_prefill.built(group, self.pool.head_dim, self.pool.dtype)  # nvcc now, not under the first long chunk after a cached prefix
 
     def _save(self, layer, forward_batch, k, v, save_kv_cache):
         if save_kv_cache and k is not None and v is not None:

@@ -115,12 +115,13 @@ def test_compressed_prefill_rejects_mismatched_chunk_keys():
         gpu.prefill_compressed_attention(q, k[:32], v, chunk)
 
 
-@pytest.mark.parametrize("group, head_dim", [(1, 128), (4, 128), (16, 128), (4, 64), (3, 64), (6, 128)])
-def test_kernel_builds_for_hopper(group, head_dim, tmp_path):
-    """The source compiles for sm_90a at these GQA ratios and head_dims with the machine's nvcc (no GPU needed), once."""
+@pytest.mark.parametrize("group, head_dim, extra", [(1, 128, ()), (4, 128, ()), (16, 128, ()), (4, 64, ()), (3, 64, ()),
+                                                   (6, 128, ()), (4, 128, ("HS_FP16",)), (3, 64, ("HS_FP16",))])
+def test_kernel_builds_for_hopper(group, head_dim, extra, tmp_path):
+    """The source compiles for sm_90a at these GQA ratios, head_dims and dtypes with the machine's nvcc (no GPU needed), once."""
     if nvcc.find() is None:
         pytest.skip("no nvcc on this machine")
-    defines = (f"HS_G={group}", f"HS_D={head_dim}")
+    defines = (f"HS_G={group}", f"HS_D={head_dim}", *extra)
     so = nvcc.library(cuda_prefill.SOURCE, "sm_90a", defines, tmp_path)
     assert so.exists() and so.stat().st_size > 0 and list(tmp_path.iterdir()) == [so]
     assert nvcc.library(cuda_prefill.SOURCE, "sm_90a", defines, tmp_path) == so
@@ -257,3 +258,17 @@ def test_prefill_attention_checks_its_kernel_everywhere():
     for kernel in ("auto", "triton", "cuda"):
         got = gpu.prefill_attention(q, k, v, *pools_and_maps, 200, kernel=kernel)
         assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+
+
+def test_operands_of_another_dtype_or_build_are_refused():
+    """Before anything is launched: keys, values or out not in the queries' dtype, and a dtype with no build."""
+    q, k, v, chunk = compressed(64, 2, 4, 3)
+    keys = cuda_prefill.SparseBlocks(chunk.k_vals, chunk.k_meta, chunk.k_index)
+    values = cuda_prefill.SparseBlocks(chunk.v_vals, chunk.v_meta, chunk.v_index)
+    out, lse = torch.empty_like(q), torch.empty(q.shape[:2])
+    for args in ((q.half(), keys, values, out.half()), (q, keys._replace(values=keys.values.half()), values, out),
+                 (q, k.half(), values, out), (q, keys, values, out.half())):
+        with pytest.raises(ValueError, match="queries' dtype"):
+            cuda_prefill.launch(*args[:3], D ** -0.5, None, args[3], lse)
+    with pytest.raises(ValueError, match="bf16 and fp16"):
+        cuda_prefill.library(4, 128, dtype=torch.float32)

@@ -1,4 +1,4 @@
-"""GPU: the CUDA Trans-Both prefill on the sparse tensor cores (cuda/prefill_sp.cu, sm_90: bf16, d 64 / 128, GQA
+"""GPU: the CUDA Trans-Both prefill on the sparse tensor cores (cuda/prefill_sp.cu, sm_90: bf16 / fp16, d 64 / 128, GQA
 ratios 1 to 64, those not dividing 64 with unused rows) vs the float32 oracle on the decompressed pools, without a mask and causally; the rows that would
 underflow recomputed; ``gpu.prefill_compressed_attention`` running it. Fresh random inputs every run, slots shuffled,
 outputs poisoned with NaN before each launch and checked fully written."""
@@ -56,20 +56,34 @@ CASES = [
     (90, 512, 2, 6, None, "dense", 128),
     (40, 256, 1, 48, 216, "sparse", 128),   # one token per consumer, 16 rows unused
 ]
+# fp16 (S an fp16 GEMM, V rounded to bf16 as staged): each K kind and head_dim, masked or not, GQA 1 to 64
+FP16_CASES = [
+    (333, 2048, 8, 4, 857, "sparse", 128),
+    (512, 512, 2, 4, 0, "sparse", 128),
+    (50, 640, 2, 1, 590, "sparse", 128),
+    (20, 512, 1, 16, None, "sparse", 128),
+    (9, 320, 1, 64, 300, "sparse", 128),
+    (333, 2048, 8, 4, 857, "dense", 128),
+    (70, 256, 4, 8, None, "dense", 128),
+    (512, 512, 2, 4, 0, "sparse", 64),
+    (100, 640, 3, 3, 540, "sparse", 64),
+    (200, 1024, 2, 6, 824, "sparse", 128),
+    (150, 640, 3, 3, 490, "dense", 64),
+]
 
 
-def fresh_inputs(t, seq, h_kv, group, k_kind="sparse", d=D):
+def fresh_inputs(t, seq, h_kv, group, k_kind="sparse", d=D, dtype=torch.bfloat16):
     """q, then K (2:4 blocks, slots shuffled, or dense keys [seq, h_kv, d]) and V (2:4 blocks), and both dense
     [h_kv, seq, d] for the oracle."""
     gen = torch.Generator(device="cuda")
     gen.seed()
-    k_pool, v_pool, k_index, v_index = make_prefix(h_kv, d, seq, 1.0, 1.0, torch.bfloat16, gen)
+    k_pool, v_pool, k_index, v_index = make_prefix(h_kv, d, seq, 1.0, 1.0, dtype, gen)
     used = seq // 64
     k_index, v_index = k_index[:, :used].contiguous(), v_index[:, :used].contiguous()
-    q = torch.randn(t, h_kv * group, d, generator=gen, device="cuda").to(torch.bfloat16)
+    q = torch.randn(t, h_kv * group, d, generator=gen, device="cuda").to(dtype)
     v = cuda_prefill.SparseBlocks(v_pool.values, v_pool.meta, v_index)
     if k_kind == "dense":
-        keys = torch.randn(seq, h_kv, d, generator=gen, device="cuda").to(torch.bfloat16)
+        keys = torch.randn(seq, h_kv, d, generator=gen, device="cuda").to(dtype)
         return q, keys, v, keys.transpose(0, 1), trans_both_driver().dense(v_pool, v_index)
     k = cuda_prefill.SparseBlocks(k_pool.values, k_pool.meta, k_index)
     return q, k, v, trans_both_driver().dense(k_pool, k_index), trans_both_driver().dense(v_pool, v_index)
@@ -84,28 +98,29 @@ def attend(q, k, v, q_pos0, fallback=True):
     return out, lse
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: "t{}-seq{}-hkv{}-g{}-at{}-k{}-d{}".format(*c))
-def test_kernel_matches_the_oracle(case):
+@pytest.mark.parametrize("case, dtype", [(c, torch.bfloat16) for c in CASES] + [(c, torch.float16) for c in FP16_CASES],
+                         ids=lambda c: "t{}-seq{}-hkv{}-g{}-at{}-k{}-d{}".format(*c) if isinstance(c, tuple) else str(c)[6:])
+def test_kernel_matches_the_oracle(case, dtype):
     t, seq, h_kv, group, q_pos0, k_kind, d = case
-    q, k, v, k_dense, v_dense = fresh_inputs(t, seq, h_kv, group, k_kind, d)
+    q, k, v, k_dense, v_dense = fresh_inputs(t, seq, h_kv, group, k_kind, d, dtype)
     out, lse = attend(q, k, v, q_pos0, fallback=False)
+    assert out.dtype == dtype
     r_out, r_lse = trans_both_driver().reference(q, k_dense, v_dense, d ** -0.5, q_pos0)
     assert not out.isnan().any() and not lse.isnan().any(), "not fully written"
     assert rel_err(out.float(), r_out) < 1e-2
     assert (lse - r_lse).abs().max().item() < 1e-3 * max(1.0, r_lse.abs().max().item())
 
 
-def _attend_inputs(t: int, h_kv: int, group: int):
+def _attend_inputs(t: int, h_kv: int, group: int, dtype=torch.bfloat16):
     gen = torch.Generator(device="cuda")
     gen.seed()
-    q, k, v = (torch.randn(t, h, D, generator=gen, device="cuda").to(torch.bfloat16)
-               for h in (h_kv * group, h_kv, h_kv))
+    q, k, v = (torch.randn(t, h, D, generator=gen, device="cuda").to(dtype) for h in (h_kv * group, h_kv, h_kv))
     return q, k, v, gen
 
 
-def _long_key_inputs(length: float, group: int = 4):
+def _long_key_inputs(length: float, group: int = 4, dtype=torch.bfloat16):
     """256 tokens, 2 KV heads: KV head 0's key 70 of ``length`` along d 0, its queries orthogonal to it."""
-    q, k, v, _ = _attend_inputs(256, 2, group)
+    q, k, v, _ = _attend_inputs(256, 2, group, dtype)
     k[70, 0] = 0
     k[70, 0, 0] = length
     q[:, :group, 0] = 0
@@ -124,12 +139,13 @@ def _attend_both(q, k, v, s_k: float):
             ref.prefill_attention(q, *chunk_as_dense(k, v, chunk), *pools, empty, empty, 0))
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 @pytest.mark.parametrize("s_k", [1, 0])
-def test_rows_that_would_underflow_are_recomputed(s_k):
+def test_rows_that_would_underflow_are_recomputed(s_k, dtype):
     """One key far longer than the rest sets its head's offsets; queries orthogonal to it score far below them, so the
     kernel alone loses their rows (this test fails if it does not), and the fallback recomputes exactly those."""
     group = 4
-    q, k, v = _long_key_inputs(3000.0, group)
+    q, k, v = _long_key_inputs(3000.0, group, dtype)
     (alone, alone_lse), (out, lse), (r_out, r_lse) = _attend_both(q, k, v, s_k)
     lost = alone_lse.isnan()  # the kernel's mark
     assert lost[:, :group].all() and not lost[:, group:].any()
@@ -138,13 +154,14 @@ def test_rows_that_would_underflow_are_recomputed(s_k):
     assert (lse - r_lse).abs().max().item() < 1e-2 * max(1.0, r_lse.abs().max().item())
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 @pytest.mark.parametrize("s_k", [1, 0])
-def test_rows_far_below_the_bound_are_kept_by_the_headroom(s_k):
+def test_rows_far_below_the_bound_are_kept_by_the_headroom(s_k, dtype):
     """One long key puts KV head 0's bound some 130 (log2) above the scores of its queries (orthogonal to it), as real
     activations do (up to ~170): past UNDERFLOW_GAP, within OFFSET_HEADROOM + UNDERFLOW_GAP, so the kernel alone keeps
     every row, exactly."""
     group = 4
-    q, k, v = _long_key_inputs(80.0, group)
+    q, k, v = _long_key_inputs(80.0, group, dtype)
     # random norms reach past the headroom now and then (148.6 once on the H200): each query of KV head 0 set to the
     # norm whose bound is 130
     rows = q[:, :group].float()
@@ -157,16 +174,17 @@ def test_rows_far_below_the_bound_are_kept_by_the_headroom(s_k):
     assert (alone_lse - r_lse).abs().max().item() < 1e-2 * max(1.0, r_lse.abs().max().item())
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 @pytest.mark.parametrize("s_k", [1, 0])
-def test_scores_at_the_bound_stay_finite(s_k):
+def test_scores_at_the_bound_stay_finite(s_k, dtype):
     """Every query parallel to every key, all keys the longest: each score is its row's bound, each exponential
     2^OFFSET_HEADROOM, over 2048 keys and values up to 2^12: nothing overflows."""
     t, h_kv, group = 2048, 2, 4
-    q, k, v, gen = _attend_inputs(t, h_kv, group)
+    q, k, v, gen = _attend_inputs(t, h_kv, group, dtype)
     u = torch.zeros(D, device="cuda")
     u[0::4], u[1::4] = 1.0, -1.0  # 2:4 along d already: pruning keeps it
-    k[:] = (u * 4.0).to(torch.bfloat16)
-    q[:] = (u * torch.rand(t, h_kv * group, 1, generator=gen, device="cuda") * 4.0).to(torch.bfloat16)
+    k[:] = (u * 4.0).to(dtype)
+    q[:] = (u * torch.rand(t, h_kv * group, 1, generator=gen, device="cuda") * 4.0).to(dtype)
     v *= 1000.0
     (alone, alone_lse), _, (r_out, r_lse) = _attend_both(q, k, v, s_k)
     assert alone.isfinite().all() and alone_lse.isfinite().all()
@@ -174,13 +192,15 @@ def test_scores_at_the_bound_stay_finite(s_k):
     assert (alone_lse - r_lse).abs().max().item() < 1e-2 * max(1.0, r_lse.abs().max().item())
 
 
-@pytest.mark.parametrize("t, group, s_k, d", [(64, 4, 1, 128), (2048, 4, 1, 128), (640, 1, 1, 128), (2048, 4, 0, 128),
-                                               (64, 2, 0, 128), (2048, 4, 1, 64), (640, 2, 0, 64)])
-def test_compressed_prefill_runs_the_kernel(t, group, s_k, d, monkeypatch):
+@pytest.mark.parametrize("t, group, s_k, d, dtype", [
+    (64, 4, 1, 128, torch.bfloat16), (2048, 4, 1, 128, torch.bfloat16), (640, 1, 1, 128, torch.bfloat16),
+    (2048, 4, 0, 128, torch.bfloat16), (64, 2, 0, 128, torch.bfloat16), (2048, 4, 1, 64, torch.bfloat16),
+    (640, 2, 0, 64, torch.bfloat16), (2048, 4, 1, 128, torch.float16), (640, 3, 0, 64, torch.float16)])
+def test_compressed_prefill_runs_the_kernel(t, group, s_k, d, dtype, monkeypatch):
     h_kv = 2
     gen = torch.Generator(device="cuda")
     gen.seed()
-    q, k, v = (torch.randn(t, h, d, generator=gen, device="cuda").to(torch.bfloat16)
+    q, k, v = (torch.randn(t, h, d, generator=gen, device="cuda").to(dtype)
                for h in (h_kv * group, h_kv, h_kv))
     chunk = compress_chunk(k, v, s_k, 1)
     calls = []

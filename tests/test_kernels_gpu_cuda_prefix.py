@@ -33,20 +33,28 @@ CASES = [
     (9, 3, 200, 2000, 1.0, 1.0, 64),      # G 3, d 64: SmolLM2's heads
     (28, 4, 150, 3000, 1.0, 1.0, 128),    # G 7 (Qwen2.5-7B's ratio)
 ]
+FP16_CASES = [  # fp16: V rounded to bf16 on its way to the kernel
+    (32, 8, 300, 3000, 1.0, 1.0, 128),
+    (8, 2, 77, 2000, 1.0, 0.5, 128),
+    (16, 16, 150, 1500, 1.0, 1.0, 128),
+    (32, 8, 300, 3000, 1.0, 1.0, 64),
+    (9, 3, 200, 2000, 1.0, 1.0, 64),
+    (28, 4, 150, 3000, 1.0, 1.0, 128),
+]
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: "hq{}-hkv{}-t{}-p{}-k{}-v{}-d{}".format(*c))
-def test_cuda_prefix_matches_the_reference(case, monkeypatch):
+@pytest.mark.parametrize("case, dtype", [(c, torch.bfloat16) for c in CASES] + [(c, torch.float16) for c in FP16_CASES],
+                         ids=lambda c: "hq{}-hkv{}-t{}-p{}-k{}-v{}-d{}".format(*c) if isinstance(c, tuple) else str(c)[6:])
+def test_cuda_prefix_matches_the_reference(case, dtype, monkeypatch):
     """Also: the Triton part gets its entries' kinds from the call's first sync, so it makes no sync of its own."""
     monkeypatch.setattr(gpu, "_entry_kinds", lambda *a: pytest.fail("a host sync for the entries' kinds"))
     h_q, h_kv, t, prefix_len, p_k, p_v, d = case
-    k_pool, v_pool, k_index, v_index, q, k, v, scale = prefill_inputs(h_q, h_kv, d, torch.bfloat16, t, prefix_len,
-                                                                      p_k, p_v)
+    k_pool, v_pool, k_index, v_index, q, k, v, scale = prefill_inputs(h_q, h_kv, d, dtype, t, prefix_len, p_k, p_v)
     assert len(gpu.cuda_prefix_blocks(k_pool, v_pool, k_index, v_index, prefix_len)[0]) > 0
     out, lse = gpu.prefill_attention(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len, scale, kernel="cuda")
     o_ref, l_ref = ref.prefill_attention(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len, scale)
     assert not out.isnan().any() and not lse.isnan().any()
-    assert out.dtype == torch.bfloat16 and lse.dtype == torch.float32
+    assert out.dtype == dtype and lse.dtype == torch.float32
     assert rel_err(out, o_ref) < 1e-2
     assert (lse - l_ref).abs().max().item() < 1e-2 * max(1.0, l_ref.abs().max().item())
 
@@ -55,7 +63,7 @@ def test_auto_takes_the_kernel_from_enough_keys_and_pairs(monkeypatch):
     """"auto": the CUDA path for a chunk after a 2:4 prefix of ``gpu.CUDA_PREFIX_MIN_KEYS`` keys and
     ``gpu.CUDA_PREFIX_MIN_PAIRS`` query x key pairs, or of ``CUDA_PREFIX_LONG_KEYS`` keys and
     ``CUDA_PREFIX_LONG_MIN_PAIRS`` pairs (``CUDA_PREFIX_GIVEN_MIN_PAIRS`` with the split given); the Triton kernel alone
-    for a shorter prefix, a shorter chunk, a dense prefix or float16."""
+    for a shorter prefix, a shorter chunk or a dense prefix; float16 as bfloat16."""
     calls = []
     split = gpu.cuda_prefix_prefill
     monkeypatch.setattr(gpu, "cuda_prefix_prefill", lambda *a, **kw: calls.append(1) or split(*a, **kw))
@@ -69,7 +77,7 @@ def test_auto_takes_the_kernel_from_enough_keys_and_pairs(monkeypatch):
     for t_, p_, s, dtype, given, expect in (
             (t, prefix, 1.0, bf16, False, [1]), (t - 1, prefix, 1.0, bf16, False, []),
             (t + 64, prefix - 64, 1.0, bf16, False, []), (t, prefix, 0.0, bf16, False, []),
-            (t, prefix, 1.0, torch.float16, False, []),
+            (t, prefix, 1.0, torch.float16, False, [1]), (t - 1, prefix, 1.0, torch.float16, False, []),
             (long_t, long_prefix, 1.0, bf16, False, [1]), (long_t - 1, long_prefix, 1.0, bf16, False, []),
             (long_t, long_prefix - 64, 1.0, bf16, False, []),
             (given_t, long_prefix, 1.0, bf16, True, [1]), (given_t - 1, long_prefix, 1.0, bf16, True, []),
@@ -210,8 +218,8 @@ def test_cuda_refuses_what_it_cannot_run():
     out, _ = gpu.prefill_attention(q, k, v, k_pool, v_pool, k_index, v_index, 1024)  # "auto": the Triton kernel
     o_ref, _ = ref.prefill_attention(q, k, v, k_pool, v_pool, k_index, v_index, 1024)
     assert rel_err(out, o_ref) < 1e-2
-    k_pool, v_pool, k_index, v_index, q, k, v, scale = prefill_inputs(32, 8, 128, torch.float16, 64, 1000, 1.0, 1.0)
-    with pytest.raises(ValueError, match="needs bf16"):
+    k_pool, v_pool, k_index, v_index, q, k, v, scale = prefill_inputs(32, 8, 256, torch.bfloat16, 64, 1000, 1.0, 1.0)
+    with pytest.raises(ValueError, match="head_dim 64 or 128"):
         gpu.prefill_attention(q, k, v, k_pool, v_pool, k_index, v_index, 1000, scale, kernel="cuda")
     k_pool, v_pool, k_index, v_index, q, k, v, scale = prefill_inputs(32, 8, 128, torch.bfloat16, 64, 1000, 1.0, 1.0)
     k_index[3, 2] = ~torch.tensor(k_pool.values.shape[0], dtype=torch.int32)  # a 2:4 slot past the pool

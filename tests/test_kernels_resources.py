@@ -38,10 +38,11 @@ def test_cuda_prefill_spills_no_more_than_measured():
     """The attention kernel's consumers run at 160 registers (setmaxnreg), where ptxas's allocation is fragile: a
     spill placed in the loop cost 12 % on the H200 (kernels/BENCHMARKS.md), so none may grow unnoticed."""
     usages = resources.cuda_prefill_usage()
-    assert len(usages) == 36, usages  # 9 GQA ratios x 2:4 or dense keys x head_dim 128 or 64
+    assert len(usages) == 72, usages  # 9 GQA ratios x 2:4 or dense keys x head_dim 128 or 64 x bf16 or fp16
     assert all(u.spill_bytes <= resources.KNOWN_SPILLS.get(u.name, 0) for u in usages), usages
 
 
 def test_known_spills_name_shipped_variants():
-    prefill = {f"cuda prefill G{g} K {k}" for g in (1, 2, 3, 4, 6, 7, 8, 16, 64) for k in ("sparse", "dense")}
+    prefill = {f"cuda prefill G{g} K {k}{t}" for g in (1, 2, 3, 4, 6, 7, 8, 16, 64) for k in ("sparse", "dense")
+               for t in ("", " fp16")}
     assert set(resources.KNOWN_SPILLS) <= {v.name for v in resources.variants()} | prefill

@@ -9,8 +9,8 @@
 // stored as it is (stmatrix) into the same [rows, keys] layout that P^T's transposed stores give.
 // A CTA is HS_CONSUMERS (3) consumer warpgroups, each with its own 64 rows (64 / G tokens x the G = HS_G query heads,
 // rows past the last whole token's unused where G does not divide 64
-// of one KV head; d D = HS_D, 64 or 128, bf16), and one producer warpgroup that stages each block (K and V values,
-// 128B-swizzled / core matrices, and their metadata) by TMA into a ring of STAGES stages shared by the consumers,
+// of one KV head; d D = HS_D, 64 or 128, bf16, or fp16 with HS_FP16), and one producer warpgroup that stages each
+// block (K and V values, 128B-swizzled / core matrices, and their metadata) by TMA into a ring of STAGES stages shared by the consumers,
 // handed over by mbarriers (full: one producer thread's expected bytes, brought by the tensor memory accelerator;
 // empty: every consumer thread, once its warpgroup's wgmmas that read the stage are done). The consumers
 // never wait for each other: three independent chains (S, exponentials, PV) per SM overlap better than two with
@@ -26,11 +26,16 @@
 // running while the next block's S is issued (the wait for S covers it, then the stage is released). The 2:4
 // metadata registers are written only where no wgmma is in flight (else ptxas serializes the wgmmas, C7513).
 // Layouts as measured by kernels/probes/wgmma_sp_layout.cu and wgmma_tile_layout.cu (kernels/NOTES_GPU.md).
+// fp16 (HS_FP16): S is an fp16 GEMM, but P stays bf16, since fp16's range (2^-24 .. 2^16) cannot hold the static
+// offset's exponentials; so V must reach the PV GEMM in bf16: the producer warpgroup's other three warps round each
+// staged V block in place and hand the stage to the consumers by a ready mbarrier of its own (loading V from global
+// memory in those warps instead, to save the 16 KB of shared-memory traffic per block, ran 1.9x slower at d 128).
 // kernels/probes/trans_both_sp.py checks and times it against cuDNN. Ablations, to see which part sets the time
 // (results then wrong): -DHS_NO_COPY (the producer copies nothing), -DHS_NO_S, -DHS_NO_EXP (an FMA in place of each
 // exponential), -DHS_NO_PV (the wgmmas of each part left out).
 #include <cuda.h>
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <cstdint>
 
@@ -46,6 +51,14 @@ namespace {
 #define HS_D 128
 #endif
 constexpr int BS = 64, D = HS_D, ROWS = 64, G = HS_G;
+#ifdef HS_FP16
+constexpr bool FP16 = true;
+using Elem = __half;
+#else
+constexpr bool FP16 = false;
+using Elem = __nv_bfloat16;
+#endif
+constexpr int CONVERTERS = 96;  // the producer warpgroup's warps 1-3 (fp16)
 static_assert(D == 64 || D == 128, "head_dim 64 or 128");
 // a 2:4 K block's row (D / 2 values) fills a 128-byte swizzle atom at d 128, a 64-byte one at d 64 (descriptor modes
 // 1 and 2; 8 rows an atom); Q^T, P^T and dense keys use 128-byte atoms of 64 elements
@@ -76,8 +89,9 @@ struct Layout {
     static constexpr int KV_BYTES = K_DENSE ? 2 * BS * D : SPARSE_K_BYTES, KM_BYTES = K_DENSE ? 0 : BS * D / 8;
     static constexpr int STAGE_BYTES = (KV_BYTES + VV_BYTES + KM_BYTES + VM_BYTES + 1023) / 1024 * 1024;
     static constexpr int RED_OFF = STAGE_OFF + STAGES * STAGE_BYTES;  // per consumer [4 warps][64 rows] float
-    static constexpr int BAR_OFF = RED_OFF + CONSUMERS * 4 * ROWS * 4;  // full[STAGES], then empty[STAGES]
-    static constexpr int SMEM = BAR_OFF + 2 * STAGES * 8;
+    // full[STAGES], then empty[STAGES], then (fp16) ready[STAGES]
+    static constexpr int BAR_OFF = RED_OFF + CONSUMERS * 4 * ROWS * 4;
+    static constexpr int SMEM = BAR_OFF + (FP16 ? 3 : 2) * STAGES * 8;
 };
 
 __device__ __forceinline__ int sw128(int row, int chunk) { return row * 128 + ((chunk ^ (row % 8)) * 16); }
@@ -105,28 +119,30 @@ __device__ __forceinline__ uint32_t meta_reg(uint32_t lo, uint32_t hi, int t) {
 #define HS_ACC(x) "+f"(x)
 #define HS_SET(x) "=f"(x)
 
-// D (+)= A . B with A 2:4 (metadata e); ACC false: D = A . B, its registers only written (scale-d 0), so that no
-// instruction defines them while earlier wgmmas run
-template <bool ACC = true>
+// D (+)= A . B with A 2:4 (metadata e), A and B fp16 (F16) or bf16; ACC false: D = A . B, its registers only written
+// (scale-d 0), so that no instruction defines them while earlier wgmmas run
+#define HS_WGMMA_SP(TYPES, SCALE_D, MODE)                                                                             \
+    asm volatile("wgmma.mma_async.sp.sync.aligned.m64n64k32.f32." TYPES " " HS_D32 ", %32, %33, %34, 0, " SCALE_D       \
+                 ", 1, 1, 0, 0;" : HS_OUT32(MODE) : "l"(a), "l"(b), "r"(e))
+template <bool F16, bool ACC = true>
 __device__ __forceinline__ void wgmma_sp(float (&d)[32], uint64_t a, uint64_t b, uint32_t e) {
-    if constexpr (ACC)
-        asm volatile("wgmma.mma_async.sp.sync.aligned.m64n64k32.f32.bf16.bf16 " HS_D32 ", %32, %33, %34, 0, 1, 1, 1, 0, 0;"
-                     : HS_OUT32(HS_ACC) : "l"(a), "l"(b), "r"(e));
-    else
-        asm volatile("wgmma.mma_async.sp.sync.aligned.m64n64k32.f32.bf16.bf16 " HS_D32 ", %32, %33, %34, 0, 0, 1, 1, 0, 0;"
-                     : HS_OUT32(HS_SET) : "l"(a), "l"(b), "r"(e));
+    if constexpr (F16 && ACC) HS_WGMMA_SP("f16.f16", "1", HS_ACC);
+    else if constexpr (F16) HS_WGMMA_SP("f16.f16", "0", HS_SET);
+    else if constexpr (ACC) HS_WGMMA_SP("bf16.bf16", "1", HS_ACC);
+    else HS_WGMMA_SP("bf16.bf16", "0", HS_SET);
 }
 
-// D (+)= A . B, dense, m64n64k16, A from registers (this warp's 16 rows x 16 k as ldmatrix gives them); ACC as
+// D (+)= A . B, dense, m64n64k16, A from registers (this warp's 16 rows x 16 k as ldmatrix gives them); F16 and ACC as
 // wgmma_sp's
-template <bool ACC = true>
+#define HS_WGMMA_RA(TYPES, SCALE_D, MODE)                                                                             \
+    asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPES " " HS_D32 ", {%32, %33, %34, %35}, %36, " SCALE_D \
+                 ", 1, 1, 0;" : HS_OUT32(MODE) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b))
+template <bool F16, bool ACC = true>
 __device__ __forceinline__ void wgmma_dense_ra(float (&d)[32], const uint32_t (&a)[4], uint64_t b) {
-    if constexpr (ACC)
-        asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " HS_D32 ", {%32, %33, %34, %35}, %36, 1, 1, 1, 0;"
-                     : HS_OUT32(HS_ACC) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
-    else
-        asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " HS_D32 ", {%32, %33, %34, %35}, %36, 0, 1, 1, 0;"
-                     : HS_OUT32(HS_SET) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+    if constexpr (F16 && ACC) HS_WGMMA_RA("f16.f16", "1", HS_ACC);
+    else if constexpr (F16) HS_WGMMA_RA("f16.f16", "0", HS_SET);
+    else if constexpr (ACC) HS_WGMMA_RA("bf16.bf16", "1", HS_ACC);
+    else HS_WGMMA_RA("bf16.bf16", "0", HS_SET);
 }
 
 // four 8 x 8 bf16 pieces from the rows whose addresses lanes 8 i .. 8 i + 7 give, piece i into r[i]
@@ -193,8 +209,9 @@ __device__ __forceinline__ void tma_3d(uint32_t dst, const CUtensorMap* map, int
 
 // block j of KV head hk (entries: sparse, ~slot) of K and V into the stage at base, by one thread, completing on the
 // mbarrier bar: K values by a 3-D map ([slots, 64, D / 2], 128B or 64B swizzle: the layout its descriptor reads;
-// K_DENSE: the dense keys [tokens, h_kv, D], D / 64 [64, 64] boxes), V^T values by a 5-D map whose box order is the core-matrix
-// layout (8 elements, 8 rows, 4 16-byte units, 16 row groups, slot), each metadata block by a 1-D bulk copy
+// K_DENSE: the dense keys [tokens, h_kv, D], D / 64 [64, 64] boxes), V^T values by a 5-D map whose box
+// order is the core-matrix layout (8 elements, 8 rows, 4 16-byte units, D / 8 row groups, slot), each metadata block by a
+// 1-D bulk copy
 template <bool K_DENSE>
 __device__ __forceinline__ void stage_block(uint32_t base, uint32_t bar, int j, int hk, int k_entry, int v_entry,
                                             const CUtensorMap* k_map, const CUtensorMap* v_map,
@@ -226,16 +243,38 @@ __device__ __forceinline__ void stage_block(uint32_t base, uint32_t bar, int j, 
 #endif
 }
 
-// the sum of squares of 8 bf16 values
+// two Elem values as floats; a float as Elem
+#ifdef HS_FP16
+__device__ __forceinline__ float2 pair_to_float2(uint32_t x) { return __half22float2(*reinterpret_cast<const __half2*>(&x)); }
+__device__ __forceinline__ Elem to_elem(float x) { return __float2half_rn(x); }
+#else
+__device__ __forceinline__ float2 pair_to_float2(uint32_t x) {
+    return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&x));
+}
+__device__ __forceinline__ Elem to_elem(float x) { return __float2bfloat16(x); }
+#endif
+
+// the sum of squares of 8 Elem values
 __device__ __forceinline__ float squares8(uint4 x) {
-    const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&x);
+    const uint32_t pairs[4] = {x.x, x.y, x.z, x.w};
     float sum = 0.f;
     #pragma unroll
     for (int e = 0; e < 4; e++) {
-        const float2 f = __bfloat1622float2(pairs[e]);
+        const float2 f = pair_to_float2(pairs[e]);
         sum += f.x * f.x + f.y * f.y;
     }
     return sum;
+}
+
+// 8 fp16 values rounded to bf16 (both 16 bits: in place)
+__device__ __forceinline__ uint4 bf16_from_f16(uint4 x) {
+    uint32_t w[4] = {x.x, x.y, x.z, x.w};
+    #pragma unroll
+    for (int e = 0; e < 4; e++) {
+        __nv_bfloat162 b = __float22bfloat162_rn(__half22float2(*reinterpret_cast<const __half2*>(&w[e])));
+        w[e] = *reinterpret_cast<const uint32_t*>(&b);
+    }
+    return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
 // The longest key of each KV head among the blocks of its index map (the norm of a 2:4 block's value row is its
@@ -262,8 +301,8 @@ __global__ void __launch_bounds__(BS) key_norms(const uint16_t* __restrict__ key
     if (threadIdx.x % 32 == 0) atomicMax(key_norm + h, __float_as_uint(sqrtf(squares)));
 }
 
-// q [t, h_q, D] bf16; k_norm [h_kv] float32 (key_norms: a row's softmax offset is |q| k_norm scale_log2 - headroom,
-// log2 units); status: nothing is done where it is set (key_norms found an entry that is not a 2:4 slot); out [t, h_q, D] bf16, lse [t, h_q] float32 (natural log; NaN where the row's sum of
+// q [t, h_q, D] Elem; k_norm [h_kv] float32 (key_norms: a row's softmax offset is |q| k_norm scale_log2 - headroom,
+// log2 units); status: nothing is done where it is set (key_norms found an entry that is not a 2:4 slot); out [t, h_q, D] Elem, lse [t, h_q] float32 (natural log; NaN where the row's sum of
 // exponentials fell below min_sum: too few of its scores were kept to trust it); index maps [h_kv, nb], every entry
 // sparse; q_pos0 < 0: no mask, else query token i sits at position q_pos0 + i of the prefix and sees the keys at or
 // before it. Split z of gridDim.z (2:4 keys without a mask only) attends blocks z nb / splits .. (z + 1) nb / splits
@@ -271,10 +310,10 @@ __global__ void __launch_bounds__(BS) key_norms(const uint16_t* __restrict__ key
 // lse -inf where min_sum is 0
 template <bool K_DENSE>
 __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
-    const __nv_bfloat16* __restrict__ q, const uint16_t* __restrict__ k_vals, const uint32_t* __restrict__ k_meta,
+    const Elem* __restrict__ q, const uint16_t* __restrict__ k_vals, const uint32_t* __restrict__ k_meta,
     const uint16_t* __restrict__ v_vals, const uint32_t* __restrict__ v_meta, const int32_t* __restrict__ k_index,
     const int32_t* __restrict__ v_index, const float* __restrict__ k_norm, const int* __restrict__ status,
-    __nv_bfloat16* __restrict__ out,
+    Elem* __restrict__ out,
     float* __restrict__ lse, int t_len, int nb, float scale_log2, int q_pos0, float min_sum, float headroom,
     const __grid_constant__ CUtensorMap k_map,
     const __grid_constant__ CUtensorMap v_map) {
@@ -291,9 +330,13 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
     const int nbc = causal ? min(nb, (q_pos0 + min(t_len, (tile + 1) * TOKENS) - 1) / BS + 1)
                            : K_DENSE ? nb : (split + 1) * nb / gridDim.z - first;
     const uint32_t sbase = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-    const uint32_t full = sbase + L::BAR_OFF, empty = full + STAGES * 8;
+    // ready: a stage the consumers may read (fp16: once its V is rounded to bf16)
+    const uint32_t full = sbase + L::BAR_OFF, empty = full + STAGES * 8, ready = FP16 ? empty + STAGES * 8 : full;
     if (tid == 0) {
-        for (int s = 0; s < STAGES; s++) bar_init(full + 8 * s, 1), bar_init(empty + 8 * s, CONSUMERS * 128);
+        for (int s = 0; s < STAGES; s++) {
+            bar_init(full + 8 * s, 1), bar_init(empty + 8 * s, CONSUMERS * 128);
+            if constexpr (FP16) bar_init(ready + 8 * s, CONVERTERS);
+        }
     }
     // every thread: Q^T of consumer cw, row r = token tile * TOKENS + cw * 64 / G + r / G, head G hk + r % G, D / 8
     // chunks of 8 d per row in D / 64 atoms; and row r's softmax offset (its chunks are in D / 8 consecutive lanes)
@@ -331,6 +374,16 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
                 if (j >= STAGES) bar_wait(empty + 8 * (j % STAGES), (j / STAGES - 1) & 1);
                 stage_block<K_DENSE>(sbase + STAGE_OFF + (j % STAGES) * L::STAGE_BYTES, full + 8 * (j % STAGES),
                                      first + j, hk, ke, ve, &k_map, &v_map, k_meta, v_meta);
+            }
+        } else if (FP16 && tid % 128 >= 128 - CONVERTERS) {  // warps 1-3: each staged V block to bf16, in place
+            for (int j = 0; j < nbc; j++) {
+                const int stage = j % STAGES;
+                bar_wait(full + 8 * stage, (j / STAGES) & 1);
+                uint4* vals = reinterpret_cast<uint4*>(smem + STAGE_OFF + stage * L::STAGE_BYTES + L::KV_BYTES);
+                for (int i = tid % 128 - (128 - CONVERTERS); i < VV_BYTES / 16; i += CONVERTERS)
+                    vals[i] = bf16_from_f16(vals[i]);
+                async_proxy_fence();  // the stores, before the consumers' wgmmas read them
+                bar_arrive(ready + 8 * stage);
             }
         }
         return;
@@ -376,7 +429,7 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
         const int stage = j % STAGES;
         const uint32_t* km =
             reinterpret_cast<const uint32_t*>(smem + STAGE_OFF + stage * L::STAGE_BYTES + L::KV_BYTES + VV_BYTES);
-        bar_wait(full + 8 * stage, (j / STAGES) & 1);
+        bar_wait(ready + 8 * stage, (j / STAGES) & 1);
         if constexpr (!K_DENSE) {
             #pragma unroll
             for (int k = 0; k < KC; k++) ek[k] = meta_reg(km[(16 * w + g) * KC + k], km[(16 * w + g + 8) * KC + k], t);
@@ -399,9 +452,9 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
             for (int k = 0; k < D / 16; k++) {  // d 16 k .. 16 k + 15, in atom k / 4 of K
                 const uint64_t b = desc(st + (k / 4) * BS * 128 + 32 * (k % 4), 16, 1024, 1);
                 if (k == 0)
-                    wgmma_dense_ra<false>(s, qa[k], b);
+                    wgmma_dense_ra<FP16, false>(s, qa[k], b);
                 else
-                    wgmma_dense_ra(s, qa[k], b);
+                    wgmma_dense_ra<FP16>(s, qa[k], b);
             }
         } else {
             #pragma unroll
@@ -409,9 +462,9 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
                 const uint64_t a = desc(st + 32 * k, 16, 8 * K_ROW, K_SWIZZLE);
                 const uint64_t b = desc(q_a + (k / 2) * ROWS * 128 + 64 * (k % 2), 16, 1024, 1);
                 if (k == 0)
-                    wgmma_sp<false>(s, a, b, ek[k]);
+                    wgmma_sp<FP16, false>(s, a, b, ek[k]);
                 else
-                    wgmma_sp(s, a, b, ek[k]);
+                    wgmma_sp<FP16>(s, a, b, ek[k]);
             }
         }
 #endif
@@ -485,8 +538,8 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
         #pragma unroll
         for (int mt = 0; mt < MT; mt++)
             #pragma unroll
-            for (int kk = 0; kk < 2; kk++)  // d rows 64 mt .., keys 32 kk ..
-                wgmma_sp(o[mt], desc(st + L::KV_BYTES + mt * 8 * 512 + kk * 256, 128, 512, 0),
+            for (int kk = 0; kk < 2; kk++)  // d rows 64 mt .., keys 32 kk .. (bf16: P, and V as staged or rounded)
+                wgmma_sp<false>(o[mt], desc(st + L::KV_BYTES + mt * 8 * 512 + kk * 256, 128, 512, 0),
                          desc(p_a + 64 * kk, 16, 1024, 1), ev[mt][kk]);
 #endif
         wgmma_commit();  // left running under the next block's wait and S
@@ -516,8 +569,8 @@ __global__ void __launch_bounds__(THREADS, 1) trans_both_sp(
         const float inv = K_DENSE ? 1.f / total : fminf(1.f / total, 3.4e38f);  // a part without keys: 0, not NaN
         #pragma unroll
         for (int mt = 0; mt < MT; mt++) {
-            out[row * D + 64 * mt + 16 * w + g] = __float2bfloat16(o[mt][i] * inv);
-            out[row * D + 64 * mt + 16 * w + g + 8] = __float2bfloat16(o[mt][i + 2] * inv);
+            out[row * D + 64 * mt + 16 * w + g] = to_elem(o[mt][i] * inv);
+            out[row * D + 64 * mt + 16 * w + g + 8] = to_elem(o[mt][i + 2] * inv);
         }
         if (w == 0 && g == 0) {
             const float offset = K_DENSE ? red[col] : m[c];
@@ -548,7 +601,7 @@ static bool encode_map(CUtensorMap* map, const void* base, int rank, const cuuin
                        const cuuint32_t* box, CUtensorMapSwizzle swizzle) {
     static const Encode encode = driver_fn<Encode>("cuTensorMapEncodeTiled");
     const cuuint32_t ones[5] = {1, 1, 1, 1, 1};
-    return encode && encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, rank, const_cast<void*>(base), dim, stride, box, ones,
+    return encode && encode(map, FP16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, rank, const_cast<void*>(base), dim, stride, box, ones,
                             CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
@@ -597,16 +650,16 @@ static int run(const void* q, const void* keys, const void* k_meta, const void* 
                                                      v_slots, reinterpret_cast<unsigned*>(work), work + h_kv);
     const dim3 grid((t_len + TOKENS - 1) / TOKENS, h_kv, splits);
     trans_both_sp<K_DENSE><<<grid, THREADS, L::SMEM, s>>>(
-        static_cast<const __nv_bfloat16*>(q), static_cast<const uint16_t*>(keys), static_cast<const uint32_t*>(k_meta),
+        static_cast<const Elem*>(q), static_cast<const uint16_t*>(keys), static_cast<const uint32_t*>(k_meta),
         static_cast<const uint16_t*>(v_vals), static_cast<const uint32_t*>(v_meta), k_index, v_index,
-        reinterpret_cast<const float*>(work), work + h_kv, static_cast<__nv_bfloat16*>(out), lse, t_len, nb,
+        reinterpret_cast<const float*>(work), work + h_kv, static_cast<Elem*>(out), lse, t_len, nb,
         scale_log2, q_pos0, min_sum, headroom, k_map, v_map);
     return cudaGetLastError();
 }
 
 // 0 on success, else a cudaError_t (cudaErrorInvalidValue: a tensor map could not be encoded, or the queries'
 // positions do not fit the sequence, or splits is not 1 .. nb for 2:4 keys without a mask, else 1). K: k_dense
-// [64 nb, h_kv, D] bf16 where not null (k_vals, k_meta, k_index then unused), else the K pool's blocks. q_pos0 < 0: no mask; else query token i sits at position q_pos0 + i of the
+// [64 nb, h_kv, D] (q's type) where not null (k_vals, k_meta, k_index then unused), else the K pool's blocks. q_pos0 < 0: no mask; else query token i sits at position q_pos0 + i of the
 // sequence (0 <= q_pos0, q_pos0 + t_len <= 64 nb) and sees the keys at or before it. work: h_kv + 1 int32, the
 // longest keys (float bits) and the status, set 1 (and nothing else done) where an index entry in use is not a 2:4
 // slot of its pool of k_slots / v_slots. out and lse hold splits parts [t, h_q, ...] (trans_both_sp). headroom: how

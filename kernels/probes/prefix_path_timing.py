@@ -1,6 +1,6 @@
 """Chunks after a served prefix on the GPU: ``prefill_attention`` with ``kernel="cuda"`` (the prefix's 2:4 blocks on
 the sparse tensor cores), ``"triton"`` and ``"auto"``. The prefix is stored as served: 2:4 in K and V but for a dense
-sink block, a dense window (the last 4 full blocks) and the partial last block. Llama-3.1-8B heads unless ``--heads``, bf16. Per chunk: one
+sink block, a dense window (the last 4 full blocks) and the partial last block. Llama-3.1-8B heads unless ``--heads``, bf16 unless ``--dtype``. Per chunk: one
 call's latency (synced after it), the time per call with 20 calls queued back to back (as a model's layers queue
 them), the host's time to issue them, and the GPU's busy time per call (the profiler's kernel time); "..., split
 given" passes the prefix's split (``gpu.cuda_prefix_blocks``, the call's host sync) found once beforehand.
@@ -12,6 +12,7 @@ for the first chunk length.
 
     python kernels/probes/prefix_path_timing.py [--prefix 32778] [--chunks 256,1024,4096,8192] [--host-profile]
                                                 [--against DIR [--rounds 3]] [--heads 28/4/128]
+                                                [--dtype float16]
 """
 
 import argparse
@@ -33,12 +34,12 @@ from hs_kernels.pool import BlockPool
 from hs_kernels.pruner import element_mask
 
 
-def served_pools(prefix: int, gen: torch.Generator, h_kv: int = H_KV, d: int = D):
+def served_pools(prefix: int, gen: torch.Generator, h_kv: int = H_KV, d: int = D, dtype=torch.bfloat16):
     """K and V pools with index maps for ``prefix`` random tokens of ``h_kv`` heads of ``d`` stored as served (see
     the module doc)."""
     out = []
     for operand in ("k", "v"):
-        blocks = to_blocks(torch.randn(prefix, h_kv, d, device="cuda", dtype=torch.bfloat16, generator=gen))
+        blocks = to_blocks(torch.randn(prefix, h_kv, d, device="cuda", dtype=dtype, generator=gen))
         sparse = torch.ones(blocks.shape[:2], dtype=torch.bool, device="cuda")
         sparse[:, 0] = False
         sparse[:, prefix // 64 - 4:] = False
@@ -84,22 +85,24 @@ def main() -> None:
     ap.add_argument("--against")
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--heads", default=f"{H_Q}/{H_KV}/{D}", help="query heads / KV heads / head_dim")
+    ap.add_argument("--dtype", choices=["bfloat16", "float16"], default="bfloat16")
     args = ap.parse_args()
+    dtype = getattr(torch, args.dtype)
     h_q, h_kv, d = (int(x) for x in args.heads.split("/"))
     gen = torch.Generator(device="cuda")
     gen.manual_seed(0)
-    pools = served_pools(args.prefix, gen, h_kv, d)
+    pools = served_pools(args.prefix, gen, h_kv, d, dtype)
     trees = {"this": (gpu, pools)}
     if args.against:
         other, pool_class = tree(args.against)
         own = tuple(pool_class(p.operand, p.dense, p.values, p.meta) for p in pools[:2])
         trees["against"] = (other, own + pools[2:])
     splits = {name: g.cuda_prefix_blocks(*p, args.prefix) for name, (g, p) in trees.items()}  # found once for all layers
-    print(f"prefix {args.prefix} (served layout), heads {args.heads}, bf16; ms per call\n"
+    print(f"prefix {args.prefix} (served layout), heads {args.heads}, {args.dtype}; ms per call\n"
           "| round | tree | chunk | kernel | one call, synced | back to back | host, back to back | GPU busy "
           "| rel.err vs triton |\n|---|---|---|---|---|---|---|---|---|", flush=True)
     for t in (int(x) for x in args.chunks.split(",")):
-        q, k, v = (torch.randn(t, h, d, device="cuda", dtype=torch.bfloat16, generator=gen) for h in (h_q, h_kv, h_kv))
+        q, k, v = (torch.randn(t, h, d, device="cuda", dtype=dtype, generator=gen) for h in (h_q, h_kv, h_kv))
         run = {(name, kernel): (lambda g=g, p=p, kernel=kernel: g.prefill_attention(q, k, v, *p, args.prefix,
                                                                                  kernel=kernel))
                for name, (g, p) in trees.items() for kernel in ("triton", "cuda", "auto")}
