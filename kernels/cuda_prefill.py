@@ -71,15 +71,19 @@ def ready(q: torch.Tensor, h_kv: int) -> bool:
     return supports(q, h_kv) and built(q.shape[1] // h_kv, q.shape[-1], q.dtype)
 
 
+def macros(group: int, head_dim: int, dtype: torch.dtype) -> tuple[str, ...]:
+    """The source's build macros for ``group`` query heads per KV head at ``head_dim`` in ``dtype`` (``DTYPES``)."""
+    if dtype not in DTYPES:
+        raise ValueError(f"the CUDA prefill is built for bf16 and fp16, not {dtype}")
+    return (f"HS_G={group}", f"HS_D={head_dim}", *(("HS_FP16",) if dtype == torch.float16 else ()))
+
+
 @functools.lru_cache(maxsize=None)
 def library(group: int, head_dim: int = 128, defines: tuple[str, ...] = (),
             dtype: torch.dtype = torch.bfloat16) -> ctypes.CDLL:
-    """The kernel for ``group`` query heads per KV head at ``head_dim`` in ``dtype`` (``DTYPES``; ``defines``: more
+    """The kernel for ``group`` query heads per KV head at ``head_dim`` in ``dtype`` (``macros``; ``defines``: more
     macros, e.g. the source's ablations)."""
-    if dtype not in DTYPES:
-        raise ValueError(f"the CUDA prefill is built for bf16 and fp16, not {dtype}")
-    fp16 = ("HS_FP16",) if dtype == torch.float16 else ()
-    lib = ctypes.CDLL(str(nvcc.library(SOURCE, "sm_90a", (f"HS_G={group}", f"HS_D={head_dim}", *fp16, *defines))))
+    lib = ctypes.CDLL(str(nvcc.library(SOURCE, "sm_90a", (*macros(group, head_dim, dtype), *defines))))
     p, i = ctypes.c_void_p, ctypes.c_int
     lib.hs_prefill_sp.restype = i
     lib.hs_prefill_sp.argtypes = [p] * 8 + [i, i] + [p] * 3 + [i] * 4 + [ctypes.c_float, i] + [ctypes.c_float] * 2 + [p]

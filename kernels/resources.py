@@ -243,25 +243,26 @@ def cuda_decode_usage() -> list[Usage]:
     return [Usage(f"cuda decode {_instantiation(n)}", regs, spills, None) for n, (regs, spills) in zip(names, _parse(log))]
 
 
-def cuda_prefill_usage(groups=(1, 2, 3, 4, 6, 7, 8, 16, 64), head_dims=(128, 64), dtypes=("bf16", "fp16")) -> list[Usage]:
-    """The CUDA Trans-Both prefill's attention kernel, 2:4 and dense keys, at each GQA ratio, head_dim and dtype (a
-    library per triple; head_dim 128 and bf16 unnamed)."""
+def cuda_prefill_usage(groups=(1, 2, 3, 4, 6, 7, 8, 16, 64), head_dims=(128, 64), dtypes=None) -> list[Usage]:
+    """The CUDA Trans-Both prefill's attention kernel, 2:4 and dense keys, at each GQA ratio, head_dim and dtype
+    (``cuda_prefill.DTYPES`` unless given; a library per triple; head_dim 128 and bf16 unnamed)."""
+    import torch
+
     from . import cuda_prefill, nvcc
 
     out = []
     with tempfile.TemporaryDirectory() as tmp:
-        for dtype in dtypes:
+        for dtype in dtypes or cuda_prefill.DTYPES:
             for d in head_dims:
                 for g in groups:
-                    defines = (f"HS_G={g}", f"HS_D={d}", *(("HS_FP16",) if dtype == "fp16" else ()))
                     log = _ptxas_log(nvcc.command(cuda_prefill.SOURCE, f"sm_{ARCH}a", Path(tmp) / "k.cubin", "-cubin",
-                                                  "-Xptxas", "-v", defines=defines))
+                                                  "-Xptxas", "-v", defines=cuda_prefill.macros(g, d, dtype)))
                     names = re.findall(r"Compiling entry function '(\S+)'", log)
                     for name, (regs, spills) in zip(names, _parse(log)):
                         if "trans_both_sp" in name:
                             keys = "dense" if "ILb1E" in name else "sparse"
                             out.append(Usage(f"cuda prefill{'' if d == 128 else f' d{d}'} G{g} K {keys}"
-                                             f"{'' if dtype == 'bf16' else ' fp16'}", regs, spills, None))
+                                             f"{' fp16' if dtype == torch.float16 else ''}", regs, spills, None))
     return out
 
 

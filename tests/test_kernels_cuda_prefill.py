@@ -115,13 +115,15 @@ def test_compressed_prefill_rejects_mismatched_chunk_keys():
         gpu.prefill_compressed_attention(q, k[:32], v, chunk)
 
 
-@pytest.mark.parametrize("group, head_dim, extra", [(1, 128, ()), (4, 128, ()), (16, 128, ()), (4, 64, ()), (3, 64, ()),
-                                                   (6, 128, ()), (4, 128, ("HS_FP16",)), (3, 64, ("HS_FP16",))])
-def test_kernel_builds_for_hopper(group, head_dim, extra, tmp_path):
+@pytest.mark.parametrize("group, head_dim, dtype", [(1, 128, torch.bfloat16), (4, 128, torch.bfloat16),
+                                                   (16, 128, torch.bfloat16), (4, 64, torch.bfloat16),
+                                                   (3, 64, torch.bfloat16), (6, 128, torch.bfloat16),
+                                                   (4, 128, torch.float16), (3, 64, torch.float16)])
+def test_kernel_builds_for_hopper(group, head_dim, dtype, tmp_path):
     """The source compiles for sm_90a at these GQA ratios, head_dims and dtypes with the machine's nvcc (no GPU needed), once."""
     if nvcc.find() is None:
         pytest.skip("no nvcc on this machine")
-    defines = (f"HS_G={group}", f"HS_D={head_dim}", *extra)
+    defines = cuda_prefill.macros(group, head_dim, dtype)
     so = nvcc.library(cuda_prefill.SOURCE, "sm_90a", defines, tmp_path)
     assert so.exists() and so.stat().st_size > 0 and list(tmp_path.iterdir()) == [so]
     assert nvcc.library(cuda_prefill.SOURCE, "sm_90a", defines, tmp_path) == so
