@@ -68,7 +68,7 @@ def test_settings_come_from_recipe_then_flags(prepared):
     (["--speculative-algorithm", "EAGLE"], None),
     (["--page-size", "32"], "--page-size 64"),
     (["--hs-decode-sk", "2"], "sparsity out of range"),
-    (["--cuda-graph-backend-prefill", "full"], "prefill: disabled"),
+    (["--cuda-graph-backend-prefill", "full"], "prefill: breakable or disabled"),
     (["--cuda-graph-backend-decode", "breakable"], "decode CUDA graphs: full or disabled"),
     (["--kv-cache-dtype", "fp8_e4m3"], "--kv-cache-dtype fp8_e4m3 is not supported"),
 ])
@@ -91,6 +91,21 @@ def test_warmup_prompt_covers_two_chunks_and_a_tail_within_the_server_limit():
     assert prompt_tokens(8192, 4096) + QUESTION_TOKENS + 2 == 4096  # capped: the question and two outputs fit
     assert prompt_tokens(256, 1535) == 2 * 256 + QUESTION_TOKENS  # the CPU server test's pool
     assert prompt_tokens(8192, 10) == 1
+
+
+@pytest.mark.parametrize("given, eager", [(None, True), ("disabled", True), ("breakable", False)])
+def test_prefill_cuda_graphs_are_off_unless_breakable(prepared, given, eager):
+    """hs prefill runs eagerly by default; SGLang's breakable prefill graphs (attention eager between captured
+    segments) are opt-in."""
+    from types import SimpleNamespace
+
+    from sglang_hs import plugin
+
+    args = SimpleNamespace(attention_backend="hs", radix_cache_backend=None, page_size=None, model_path=prepared,
+                           tp_size=1, max_running_requests=None, warmups=None, device="cpu",
+                           cuda_graph_backend_prefill=given, disable_prefill_cuda_graph=False)
+    plugin._check_server_args(args)
+    assert args.disable_prefill_cuda_graph == eager
 
 
 @pytest.mark.parametrize("device, given, expect", [
