@@ -93,6 +93,35 @@ def test_warmup_prompt_covers_two_chunks_and_a_tail_within_the_server_limit():
     assert prompt_tokens(8192, 10) == 1
 
 
+def test_warmup_meets_every_streaming_tile_height_fresh_and_on_the_cached_prompt():
+    """The streaming kernel compiles once per tile height (``stream_rows`` of the query tokens and group size) and
+    whether it splits its keys (a short call after a long prefix) or not; the warm-up reaches each before the server
+    listens, for any group size."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from hs_kernels.gpu import stream_rows
+    from sglang_hs import warmup
+
+    sent = []
+
+    async def record(req, _):
+        sent.append(req.input_ids)
+        yield
+
+    manager = SimpleNamespace(server_args=SimpleNamespace(chunked_prefill_size=256), context_len=4096,
+                              max_req_input_len=None, model_config=SimpleNamespace(vocab_size=1000),
+                              generate_request=record)
+    asyncio.run(warmup.hs_prefill("null", manager))
+    prompt, fresh, questions = sent[0], sent[1::2], sent[2::2]
+    assert len(prompt) == warmup.prompt_tokens(256, 4096)
+    assert all(q[:len(prompt)] == prompt for q in questions)
+    lengths = [len(f) for f in fresh]
+    assert lengths == [len(q) - len(prompt) for q in questions] and max(lengths) == warmup.QUESTION_TOKENS
+    for group in range(1, 17):
+        assert {stream_rows(n, group) for n in lengths} == {stream_rows(t, group) for t in range(1, 4097)}, group
+
+
 @pytest.mark.parametrize("given, eager", [(None, True), ("disabled", True), ("breakable", False)])
 def test_prefill_cuda_graphs_are_off_unless_breakable(prepared, given, eager):
     """hs prefill runs eagerly by default; SGLang's breakable prefill graphs (attention eager between captured
@@ -142,7 +171,7 @@ def test_a_failing_warmup_is_logged_and_the_server_starts(monkeypatch):
                               max_req_input_len=1000, model_config=SimpleNamespace(vocab_size=100),
                               generate_request=refuse)
     asyncio.run(warmup.hs_prefill("null", manager))
-    assert warnings == ["hs: hs_prefill warm-up failed (ValueError: refused 576 tokens); the first requests will "
+    assert warnings == ["hs: hs_prefill warm-up failed (ValueError: refused 640 tokens); the first requests will "
                         "compile their kernels"]
 
 
