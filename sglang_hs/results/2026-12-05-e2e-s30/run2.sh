@@ -6,7 +6,8 @@ F="--contexts 4096 --batches 1 --output-tokens 16 --prefix 4096 --questions 3 --
 (cd /tmp && timeout 200 python -m sglang_hs.bench_e2e --shape llama-3.1-8b --out /tmp/e-new --engines hs $F \
   -- --cuda-graph-max-bs-decode 16 > $OUT/hs.log 2>&1); echo "hs rc $? at ${SECONDS}s"
 cp /tmp/e-new/results.json $OUT/hs.json; cp /tmp/e-new/hs.log $OUT/hs.server.log
-grep -E "warm-up|Capture target prefill|Capture target decode CUDA graph end" $OUT/hs.server.log | cut -c1-200
+grep -E "warm-up|Capture target decode CUDA graph end|POST /generate" $OUT/hs.server.log | cut -c1-120 | tail -12
+echo "last Triton compiles (UTC):"; find /tmp/tc-e2e -name "*.json" ! -name "__grp__*" -printf "%TT %f\n" | sort | tail -8
 python - $OUT <<'PY'
 import hashlib, json, os, sys
 d = json.load(open(os.path.join(sys.argv[1], "hs.json")))["hs"]; p = d["prefix"]
