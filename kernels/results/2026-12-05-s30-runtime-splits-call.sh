@@ -6,12 +6,11 @@ source scripts/device_env.sh; export HS_KERNELS_CACHE=/tmp/hsk; mkdir -p $OUT
 date -u +"start %F %T UTC"; nvidia-smi --query-gpu=name --format=csv,noheader
 python -m pytest -q -m gpu tests/test_kernels_gpu_triton_stream.py tests/test_kernels_gpu_triton_prefill.py > $OUT/gpu-tests.log 2>&1
 echo "tests rc $? at ${SECONDS}s"; tail -1 $OUT/gpu-tests.log
-for tree in . .scratch/mainsrc . .scratch/mainsrc; do
+for tree in . .scratch/mainsrc; do
   ln -sfn "$(cd $tree && pwd)/kernels" /tmp/pp/hs_kernels
   echo "== $tree"
   TRITON_CACHE_DIR=/tmp/tc-$RANDOM python kernels/probes/stream_compiles.py 2>&1 | tail -2
   python -m hs_kernels.bench_stream 2>&1 | grep triton
-  python kernels/probes/stream_decode.py 2>&1 | tail -3
 done > $OUT/ab.log 2>&1
 ln -sfn "$PWD/kernels" /tmp/pp/hs_kernels
 cat $OUT/ab.log; echo "elapsed $SECONDS s"
