@@ -859,8 +859,8 @@ def triton_streaming(q, q_pos, k, v, k_pos, sink_tokens: int, window_tokens: int
     ts.stream_kernel[(tiles, h_kv, b * splits)](
         q.contiguous(), q_pos.to(torch.int32).contiguous(), k.contiguous(), v.contiguous(), k_pos.to(torch.int32).contiguous(),
         k_pos if k_rows is None else k_rows.contiguous(), block_lo.contiguous(), block_hi.contiguous(), o_dst, l_dst,
-        scale * LOG2E, t, n, n_blocks, per_split, sink_tokens, window_tokens, H_KV=h_kv, G=g, D=d, BLOCK_M=block_m,
-        ROWS=k_rows is not None, SPLITS=splits, num_warps=num_warps, num_stages=num_stages)
+        scale * LOG2E, t, n, n_blocks, splits, per_split, sink_tokens, window_tokens, H_KV=h_kv, G=g, D=d,
+        BLOCK_M=block_m, ROWS=k_rows is not None, SPLIT=splits > 1, num_warps=num_warps, num_stages=num_stages)
     if splits > 1:
         _merge_splits(o_dst.view(b * t, h_q, splits, d), l_dst.view(b * t, h_q, splits), out.view(b * t, h_q, d),
                       lse.view(b * t, h_q), dependent=q.is_cuda and _sm_major(q.device) >= 9)

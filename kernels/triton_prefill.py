@@ -170,7 +170,7 @@ def prefill_kernel(q_ptr, k_ptr, v_ptr, k_dense, k_vals, k_meta, v_dense, v_vals
     tl.store(lse_ptr + row, (m_i + tl.log2(l_i)) * _LN2, mask=valid)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["nb", "used"])  # one compile per variant, not per prefix length
 def densify_kernel(k_dense, k_vals, k_meta, v_dense, v_vals, v_meta, k_index, v_index, k_out, v_out, nb, used,
                    D: tl.constexpr, K_MODE: tl.constexpr, V_MODE: tl.constexpr, PRMT: tl.constexpr,
                    ALL: tl.constexpr):

@@ -8,9 +8,10 @@ query head of the group) pair, so the group's query heads share every K/V tile a
 block whose position range ``[block_lo, block_hi]`` (precomputed) no row of the tile can see is
 skipped, so each tile reads only its sink and window, whatever else ``k`` holds. With ``ROWS``, k and v
 are storage ``[R, H_KV, D]`` and key n of sequence b lies at row ``rows[b, n]`` (the serving pool's stream
-slots, read in place). With ``SPLITS`` > 1 (a decode step's few tiles), program ``(row tile, KV head,
-sequence x SPLITS + s)`` reads only key blocks ``[s per_split, (s + 1) per_split)`` and writes its partial result
-at split s of ``out [B, T, H_q, SPLITS, D]`` / ``lse [B, T, H_q, SPLITS]`` (float32) for a log-sum-exp merge.
+slots, read in place). With ``SPLIT`` (``splits`` > 1: a decode step's few tiles), program ``(row tile, KV head,
+sequence x splits + s)`` reads only key blocks ``[s per_split, (s + 1) per_split)`` and writes its partial result
+at split s of ``out [B, T, H_q, splits, D]`` / ``lse [B, T, H_q, splits]`` (float32) for a log-sum-exp merge.
+Lengths and split counts are runtime values, not specialized: one compile per tile shape serves every request.
 Online softmax in base 2; a row that sees no key gets ``out = 0``, ``lse = -inf``.
 """
 
@@ -20,14 +21,14 @@ import triton.language as tl
 from .triton_blocks import _LN2, BS
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["t_len", "n_keys", "n_blocks", "splits", "per_split"])
 def stream_kernel(q_ptr, qpos_ptr, k_ptr, v_ptr, kpos_ptr, rows_ptr, block_lo, block_hi, out_ptr, lse_ptr,
-                  scale_log2, t_len, n_keys, n_blocks, per_split, sink, window, H_KV: tl.constexpr, G: tl.constexpr,
-                  D: tl.constexpr, BLOCK_M: tl.constexpr, ROWS: tl.constexpr, SPLITS: tl.constexpr):
+                  scale_log2, t_len, n_keys, n_blocks, splits, per_split, sink, window, H_KV: tl.constexpr,
+                  G: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, ROWS: tl.constexpr, SPLIT: tl.constexpr):
     mt = tl.program_id(0)
     hk = tl.program_id(1)
-    b = (tl.program_id(2) // SPLITS).to(tl.int64)
-    split = tl.program_id(2) % SPLITS
+    b = (tl.program_id(2) // splits).to(tl.int64)
+    split = tl.program_id(2) % splits
     h_q = H_KV * G
     r = mt * BLOCK_M + tl.arange(0, BLOCK_M)
     t = r // G
@@ -44,7 +45,7 @@ def stream_kernel(q_ptr, qpos_ptr, k_ptr, v_ptr, kpos_ptr, rows_ptr, block_lo, b
     l_i = tl.zeros((BLOCK_M,), tl.float32)
     acc = tl.zeros((BLOCK_M, D), tl.float32)
     j_lo, j_hi = 0, n_blocks
-    if SPLITS > 1:  # a compile-time branch: the unsplit kernel keeps its plain loop (and register allocation)
+    if SPLIT:  # a compile-time branch: the unsplit kernel keeps its plain loop (and register allocation)
         j_lo, j_hi = split * per_split, tl.minimum(split * per_split + per_split, n_blocks)
     for j in range(j_lo, j_hi):
         lo = tl.load(block_lo + b * n_blocks + j)
@@ -74,6 +75,6 @@ def stream_kernel(q_ptr, qpos_ptr, k_ptr, v_ptr, kpos_ptr, rows_ptr, block_lo, b
     out = acc / tl.where(some, l_i, 1.0)[:, None]
     lse = tl.where(some, (m_i + tl.log2(tl.where(some, l_i, 1.0))) * _LN2, float("-inf"))
     row = (b * t_len + t) * h_q + hk * G + r % G
-    tl.store(out_ptr + (row * SPLITS + split)[:, None] * D + cols[None, :], out.to(out_ptr.dtype.element_ty),
+    tl.store(out_ptr + (row * splits + split)[:, None] * D + cols[None, :], out.to(out_ptr.dtype.element_ty),
              mask=live[:, None])
-    tl.store(lse_ptr + row * SPLITS + split, lse, mask=live)
+    tl.store(lse_ptr + row * splits + split, lse, mask=live)

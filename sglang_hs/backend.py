@@ -111,6 +111,7 @@ class HSAttnBackend(AttentionBackend):
         self._graph_width = None  # CUDA graphs' (init_cuda_graph_state)
         self._extend: list[ExtendSeq] = []  # per extend, likewise (_extend_metadata)
         self._prefilled: dict[int, int] = {}  # the last extend's rows -> tokens (_decode_bookkeeping)
+        self.capturing_prefill = False  # SGLang is capturing prefill graphs (the plugin says so)
 
     def init_forward_metadata(self, forward_batch):
         """Eager forward. Before an extend: protect the streaming pages each request reads (its
@@ -127,9 +128,10 @@ class HSAttnBackend(AttentionBackend):
             for row, p, t in zip(rows, forward_batch.extend_prefix_lens_cpu, forward_batch.extend_seq_lens_cpu):
                 p, t = int(p), int(t)
                 locs = req_to_token[row, :p + t].long()
-                self.pool.register_window(row, locs, p, p + t)
-                self.pool.forget_row(row)
-                self._prefilled[row] = p + t
+                if not self.capturing_prefill:  # a capture's dummy requests touch only SGLang's padding page
+                    self.pool.register_window(row, locs, p, p + t)
+                    self.pool.forget_row(row)
+                    self._prefilled[row] = p + t
                 self._extend.append(self._extend_metadata(locs, start, p, t))
                 start += t
         elif mode.is_decode():

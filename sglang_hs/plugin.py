@@ -66,13 +66,16 @@ def _check_server_args(self, *args, **kwargs):
     # (at batch 8 x 4K, TTFT 0.90 -> 0.65 s, measured before the first tokens were sent ahead of that work); the
     # user's setting stands
     os.environ.setdefault(CONSECUTIVE_PREFILL_OVERLAP, "1")
-    # prefill's per-request Python loops and host-side bookkeeping cannot be captured in a CUDA
-    # graph; decode is captured whole ("full"), its step metadata included
-    self.disable_prefill_cuda_graph = True
-    for name, allowed in (("cuda_graph_backend_prefill", (None, "disabled")), ("cuda_graph_backend_decode", (None, "full", "disabled"))):
+    # prefill's per-request Python loops and host-side bookkeeping cannot be captured whole; SGLang's breakable
+    # prefill graphs run attention eagerly between captured segments (opt-in: not yet the default); decode is
+    # captured whole ("full"), its step metadata included
+    if getattr(self, "cuda_graph_backend_prefill", None) != "breakable":
+        self.disable_prefill_cuda_graph = True
+    for name, allowed in (("cuda_graph_backend_prefill", (None, "breakable", "disabled")),
+                          ("cuda_graph_backend_decode", (None, "full", "disabled"))):
         if getattr(self, name, None) not in allowed:
             raise HSConfigError(f"--{name.replace('_', '-')} {getattr(self, name)} is not supported with --attention-backend hs "
-                                "(decode CUDA graphs: full or disabled; prefill: disabled)")
+                                "(decode CUDA graphs: full or disabled; prefill: breakable or disabled)")
     if getattr(self, "cuda_graph_config", None) is not None:
         raise HSConfigError("--cuda-graph-config is not supported with --attention-backend hs (use --cuda-graph-max-bs-decode, "
                             "--disable-cuda-graph)")
@@ -255,6 +258,19 @@ def _first_tokens_before_decode(original, scheduler, batch, last_batch=None):
                 and last_batch.forward_mode.is_extend())
 
 
+def _prefill_graph_capture(original, runner, *args, **kwargs):
+    """SGLang's prefill graph capture runs the attention of dummy requests (eagerly, at each break): the hs backend
+    is told, so that they leave the pool's bookkeeping alone."""
+    backend = runner.model_runner.attn_backend
+    if not hasattr(backend, "capturing_prefill"):
+        return original(runner, *args, **kwargs)
+    backend.capturing_prefill = True
+    try:
+        return original(runner, *args, **kwargs)
+    finally:
+        backend.capturing_prefill = False
+
+
 def _on_idle(result, scheduler, *args, **kwargs):
     stats = getattr(getattr(scheduler, "tree_cache", None), "stats", None)
     if stats is not None:
@@ -315,6 +331,8 @@ def register() -> None:
                           HookType.AROUND)
     HookRegistry.register("sglang.srt.managers.scheduler.Scheduler.is_disable_overlap_for_batch",
                           _first_tokens_before_decode, HookType.AROUND)
+    HookRegistry.register("sglang.srt.model_executor.runner.prefill_cuda_graph_runner.PrefillCudaGraphRunner.capture",
+                          _prefill_graph_capture, HookType.AROUND)
     HookRegistry.register("sglang.srt.utils.common.support_triton", _support_triton, HookType.AROUND)
     HookRegistry.register("sglang.srt.mem_cache.allocation.get_last_loc", _get_last_loc, HookType.AROUND)
     HookRegistry.register("sglang.srt.models.utils.enable_fused_set_kv_buffer", _no_fused_kv_write, HookType.AROUND)

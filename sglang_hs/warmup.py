@@ -2,7 +2,9 @@
 is given): before the HTTP server listens, run the prefill shapes whose Triton variants a first request would
 otherwise compile while a user waits. SGLang's own warm-up (a few tokens) and its ``prefill_shapes`` (prompts
 without a cached prefix) miss them: chunks after a prefix written by the same request, the short last chunk, and
-a question on a cached prefix. Each layer runs its own variants, so one prompt covers them all."""
+a question on a cached prefix. Each layer runs its own variants, so one prompt covers them all. The streaming
+kernel's tile height follows the query tokens (times the group's heads): short prompts and questions of 1, 2, 4, ...
+128 tokens, fresh and on the cached prompt, meet every height for any group size."""
 
 from __future__ import annotations
 
@@ -13,7 +15,8 @@ import numpy as np
 logger = logging.getLogger("sglang_hs")
 
 NAME = "hs_prefill"
-QUESTION_TOKENS = 64
+QUESTION_TOKENS = 128  # at one query head per KV head, the tallest streaming tile (128 rows)
+SHORT_TOKENS = tuple(1 << i for i in range(QUESTION_TOKENS.bit_length()))  # 1, 2, 4, ..., 128
 
 
 def prompt_tokens(chunk: int | None, limit: int, question: int = QUESTION_TOKENS) -> int:
@@ -36,9 +39,11 @@ async def hs_prefill(disaggregation_mode: str, tokenizer_manager) -> None:
     vocab = tokenizer_manager.model_config.vocab_size
     limit = min(tokenizer_manager.context_len, tokenizer_manager.max_req_input_len or tokenizer_manager.context_len)
     prompt = rng.integers(vocab, size=prompt_tokens(chunk, limit)).tolist()
-    question = prompt + rng.integers(vocab, size=QUESTION_TOKENS).tolist()  # its prefix is cached by then
+    requests = [prompt]
+    for n in SHORT_TOKENS:  # the questions' prefix is cached by then
+        requests += [rng.integers(vocab, size=n).tolist(), prompt + rng.integers(vocab, size=n).tolist()]
     try:
-        for ids in (prompt, question):
+        for ids in requests:
             req = GenerateReqInput(input_ids=ids, sampling_params={"max_new_tokens": 2, "temperature": 0.0})
             async for _ in tokenizer_manager.generate_request(req, None):
                 pass
@@ -46,5 +51,5 @@ async def hs_prefill(disaggregation_mode: str, tokenizer_manager) -> None:
         logger.warning("hs: %s warm-up failed (%s: %s); the first requests will compile their kernels",
                        NAME, type(e).__name__, e)
         return
-    logger.info("hs: %s warm-up done (a %d-token prompt, then %d more tokens on its cached prefix)",
-                NAME, len(prompt), QUESTION_TOKENS)
+    logger.info("hs: %s warm-up done (a %d-token prompt, then prompts of %s tokens, alone and on its cached prefix)",
+                NAME, len(prompt), "/".join(map(str, SHORT_TOKENS)))

@@ -68,7 +68,7 @@ def test_settings_come_from_recipe_then_flags(prepared):
     (["--speculative-algorithm", "EAGLE"], None),
     (["--page-size", "32"], "--page-size 64"),
     (["--hs-decode-sk", "2"], "sparsity out of range"),
-    (["--cuda-graph-backend-prefill", "full"], "prefill: disabled"),
+    (["--cuda-graph-backend-prefill", "full"], "prefill: breakable or disabled"),
     (["--cuda-graph-backend-decode", "breakable"], "decode CUDA graphs: full or disabled"),
     (["--kv-cache-dtype", "fp8_e4m3"], "--kv-cache-dtype fp8_e4m3 is not supported"),
 ])
@@ -91,6 +91,50 @@ def test_warmup_prompt_covers_two_chunks_and_a_tail_within_the_server_limit():
     assert prompt_tokens(8192, 4096) + QUESTION_TOKENS + 2 == 4096  # capped: the question and two outputs fit
     assert prompt_tokens(256, 1535) == 2 * 256 + QUESTION_TOKENS  # the CPU server test's pool
     assert prompt_tokens(8192, 10) == 1
+
+
+def test_warmup_meets_every_streaming_tile_height_fresh_and_on_the_cached_prompt():
+    """The streaming kernel compiles once per tile height (``stream_rows`` of the query tokens and group size) and
+    whether it splits its keys (a short call after a long prefix) or not; the warm-up reaches each before the server
+    listens, for any group size."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from hs_kernels.gpu import stream_rows
+    from sglang_hs import warmup
+
+    sent = []
+
+    async def record(req, _):
+        sent.append(req.input_ids)
+        yield
+
+    manager = SimpleNamespace(server_args=SimpleNamespace(chunked_prefill_size=256), context_len=4096,
+                              max_req_input_len=None, model_config=SimpleNamespace(vocab_size=1000),
+                              generate_request=record)
+    asyncio.run(warmup.hs_prefill("null", manager))
+    prompt, fresh, questions = sent[0], sent[1::2], sent[2::2]
+    assert len(prompt) == warmup.prompt_tokens(256, 4096)
+    assert all(q[:len(prompt)] == prompt for q in questions)
+    lengths = [len(f) for f in fresh]
+    assert lengths == [len(q) - len(prompt) for q in questions] and max(lengths) == warmup.QUESTION_TOKENS
+    for group in range(1, 17):
+        assert {stream_rows(n, group) for n in lengths} == {stream_rows(t, group) for t in range(1, 4097)}, group
+
+
+@pytest.mark.parametrize("given, eager", [(None, True), ("disabled", True), ("breakable", False)])
+def test_prefill_cuda_graphs_are_off_unless_breakable(prepared, given, eager):
+    """hs prefill runs eagerly by default; SGLang's breakable prefill graphs (attention eager between captured
+    segments) are opt-in."""
+    from types import SimpleNamespace
+
+    from sglang_hs import plugin
+
+    args = SimpleNamespace(attention_backend="hs", radix_cache_backend=None, page_size=None, model_path=prepared,
+                           tp_size=1, max_running_requests=None, warmups=None, device="cpu",
+                           cuda_graph_backend_prefill=given, disable_prefill_cuda_graph=False)
+    plugin._check_server_args(args)
+    assert args.disable_prefill_cuda_graph == eager
 
 
 @pytest.mark.parametrize("device, given, expect", [
@@ -127,7 +171,7 @@ def test_a_failing_warmup_is_logged_and_the_server_starts(monkeypatch):
                               max_req_input_len=1000, model_config=SimpleNamespace(vocab_size=100),
                               generate_request=refuse)
     asyncio.run(warmup.hs_prefill("null", manager))
-    assert warnings == ["hs: hs_prefill warm-up failed (ValueError: refused 576 tokens); the first requests will "
+    assert warnings == ["hs: hs_prefill warm-up failed (ValueError: refused 640 tokens); the first requests will "
                         "compile their kernels"]
 
 

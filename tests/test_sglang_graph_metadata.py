@@ -89,3 +89,39 @@ def test_maps_at_are_the_index_maps_at_the_pages(batch):
     pages = torch.randint(0, 40, (batch, 11), generator=gen)
     maps = HSAttnBackend._maps_at(index, pages)
     assert maps.is_contiguous() and torch.equal(maps, index[pages].permute(0, 2, 1))
+
+
+def extend_batch(rows, prefixes, lens):
+    return NS(forward_mode=ForwardMode.EXTEND, req_pool_indices=torch.tensor(rows), extend_prefix_lens_cpu=prefixes,
+              extend_seq_lens_cpu=lens)
+
+
+def test_prefill_graph_capture_leaves_the_pool_alone(backend):
+    """SGLang's breakable prefill graphs run the attention of dummy requests at capture (rows from 0, SGLang's
+    padding page): they get their reads but register no window and leave no prompt to compress; real extends do."""
+    from sglang_hs import plugin
+
+    pool = backend.pool
+    live = pool.live.clone()
+    seen = []
+
+    def capture(runner):
+        assert backend.capturing_prefill
+        backend.init_forward_metadata(extend_batch([0, 3], [0, 0], [128, 64]))
+        seen.append([(s.prefix, s.length) for s in backend._extend])
+        raise RuntimeError("capture failed")
+
+    with pytest.raises(RuntimeError, match="capture failed"):
+        plugin._prefill_graph_capture(capture, NS(model_runner=NS(attn_backend=backend)))
+    assert not backend.capturing_prefill  # reset however the capture ends
+    assert seen == [[(0, 128), (0, 64)]] and torch.equal(pool.live, live) and backend._prefilled == {}
+
+    backend.init_forward_metadata(extend_batch([1], [640], [60]))
+    assert backend._prefilled == {1: 700} and not torch.equal(pool.live, live)
+
+
+def test_prefill_graph_capture_hook_passes_other_backends_through():
+    from sglang_hs import plugin
+
+    runner = NS(model_runner=NS(attn_backend=object()))
+    assert plugin._prefill_graph_capture(lambda r, *a: (r, a), runner, 1) == (runner, (1,))
