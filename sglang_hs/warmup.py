@@ -4,7 +4,9 @@ otherwise compile while a user waits. SGLang's own warm-up (a few tokens) and it
 without a cached prefix) miss them: chunks after a prefix written by the same request, the short last chunk, and
 a question on a cached prefix. Each layer runs its own variants, so one prompt covers them all. The streaming
 kernel's tile height follows the query tokens (times the group's heads): short prompts and questions of 1, 2, 4, ...
-128 tokens, fresh and on the cached prompt, meet every height for any group size."""
+128 tokens, fresh and on the cached prompt, meet every height for any group size. A question on a short cached
+prompt (128 tokens) splits its few key blocks 3 ways, which the merge compiles apart from 2 and 8 (Llama-3.1-8B's
+streaming half, 132 SMs): a short system prompt shared by a chat's requests."""
 
 from __future__ import annotations
 
@@ -42,6 +44,7 @@ async def hs_prefill(disaggregation_mode: str, tokenizer_manager) -> None:
     requests = [prompt]
     for n in SHORT_TOKENS:  # the questions' prefix is cached by then
         requests += [rng.integers(vocab, size=n).tolist(), prompt + rng.integers(vocab, size=n).tolist()]
+    requests.append(requests[-2] + rng.integers(vocab, size=QUESTION_TOKENS // 2).tolist())  # on the last short prompt
     try:
         for ids in requests:
             req = GenerateReqInput(input_ids=ids, sampling_params={"max_new_tokens": 2, "temperature": 0.0})
@@ -51,5 +54,5 @@ async def hs_prefill(disaggregation_mode: str, tokenizer_manager) -> None:
         logger.warning("hs: %s warm-up failed (%s: %s); the first requests will compile their kernels",
                        NAME, type(e).__name__, e)
         return
-    logger.info("hs: %s warm-up done (a %d-token prompt, then prompts of %s tokens, alone and on its cached prefix)",
-                NAME, len(prompt), "/".join(map(str, SHORT_TOKENS)))
+    logger.info("hs: %s warm-up done (a %d-token prompt, then prompts of %s tokens, alone and on its cached prefix, "
+                "and a question on the last)", NAME, len(prompt), "/".join(map(str, SHORT_TOKENS)))

@@ -113,8 +113,9 @@ def test_warmup_meets_every_streaming_tile_height_fresh_and_on_the_cached_prompt
                               max_req_input_len=None, model_config=SimpleNamespace(vocab_size=1000),
                               generate_request=record)
     asyncio.run(warmup.hs_prefill("null", manager))
-    prompt, fresh, questions = sent[0], sent[1::2], sent[2::2]
+    prompt, fresh, questions, short_question = sent[0], sent[1:-1:2], sent[2:-1:2], sent[-1]
     assert len(prompt) == warmup.prompt_tokens(256, 4096)
+    assert short_question[:len(fresh[-1])] == fresh[-1] and len(short_question) > len(fresh[-1])
     assert all(q[:len(prompt)] == prompt for q in questions)
     lengths = [len(f) for f in fresh]
     assert lengths == [len(q) - len(prompt) for q in questions] and max(lengths) == warmup.QUESTION_TOKENS
