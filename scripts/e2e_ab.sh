@@ -2,7 +2,8 @@
 # name to alternate), then one summary line per run. A variant is a source tree holding kernels/ and sglang_hs/ ("."
 # for this checkout; else a directory, e.g. .scratch/main after `git archive REV kernels sglang_hs | tar -x -C
 # .scratch/main`), served as hs; "stock" is stock SGLang. Source scripts/device_env.sh first (it links /tmp/pp).
-#   bash scripts/e2e_ab.sh OUT VARIANT... -- BENCH_E2E_FLAGS...   (each run's log and results.json under OUT)
+#   bash scripts/e2e_ab.sh OUT VARIANT... -- BENCH_E2E_FLAGS...   (each run's log, results.json, server log and
+#   --profile-steps tables under OUT)
 out=$1; shift
 variants=()
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do variants+=("$1"); shift; done
@@ -21,6 +22,8 @@ for v in "${variants[@]}"; do
     --engines $engine "$@" > "$out/$name.log" 2>&1)
   echo "$name rc $? $(date -u +%T)"
   cp "/tmp/ab-$name/results.json" "$out/$name.json" 2>/dev/null
+  cp "/tmp/ab-$name/$engine.log" "$out/$name.server.log" 2>/dev/null
+  for f in /tmp/ab-$name/profile-*.md; do [ -f "$f" ] && cp "$f" "$out/$name-${f##*/}"; done
 done
 ln -sfn "$root/sglang_hs" /tmp/pp/sglang_hs
 ln -sfn "$root/kernels" /tmp/pp/hs_kernels

@@ -43,8 +43,9 @@ async def hs_prefill(disaggregation_mode: str, tokenizer_manager) -> None:
     prompt = rng.integers(vocab, size=prompt_tokens(chunk, limit)).tolist()
     requests = [prompt]
     for n in SHORT_TOKENS:  # the questions' prefix is cached by then
-        requests += [rng.integers(vocab, size=n).tolist(), prompt + rng.integers(vocab, size=n).tolist()]
-    requests.append(requests[-2] + rng.integers(vocab, size=QUESTION_TOKENS // 2).tolist())  # on the last short prompt
+        short = rng.integers(vocab, size=n).tolist()
+        requests += [short, prompt + rng.integers(vocab, size=n).tolist()]
+    requests.append(short + rng.integers(vocab, size=QUESTION_TOKENS // 2).tolist())  # on the last short prompt
     try:
         for ids in requests:
             req = GenerateReqInput(input_ids=ids, sampling_params={"max_new_tokens": 2, "temperature": 0.0})

@@ -22,7 +22,8 @@ def compiled_variants() -> int:
     return sum(len(cache[0]) for cache in ts.stream_kernel.device_caches.values())
 
 
-def call(prefix: int, t: int) -> float:
+def call(prefix: int, t: int) -> tuple[float, int]:
+    """The call's time (synced) and its keys."""
     q = torch.randn(1, t, H_Q, D, device="cuda", dtype=torch.bfloat16)
     k_pos = ref.streaming_keys(prefix, prefix + t, SINK, WINDOW, "cuda")[None]
     k, v = (torch.randn(1, k_pos.shape[1], H_KV, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
@@ -31,20 +32,19 @@ def call(prefix: int, t: int) -> float:
     start = time.perf_counter()
     gpu.triton_streaming(q, q_pos, k, v, k_pos, SINK, WINDOW, D ** -0.5)
     torch.cuda.synchronize()
-    return time.perf_counter() - start
+    return time.perf_counter() - start, k_pos.shape[1]
 
 
 def main():
-    shapes = set()
+    shapes, g, sms = set(), H_Q // H_KV, gpu._sm_count(torch.device("cuda"))
     for prefix in (0, 64, 1000, 4096, 4360, 5000):
         for t in (1, 3, 8, 17, 64, 100, 128, 300):
-            call(prefix, t)
-            programs = -(-t * (H_Q // H_KV) // gpu.stream_rows(t, H_Q // H_KV)) * H_KV
-            blocks = -(-ref.streaming_keys(prefix, prefix + t, SINK, WINDOW, "cpu").numel() // 64)
-            shapes.add((gpu.stream_rows(t, H_Q // H_KV), gpu.stream_splits(programs, blocks, gpu._sm_count(torch.device("cuda"))) > 1))
+            _, keys = call(prefix, t)
+            rows = gpu.stream_rows(t, g)  # the launcher's defaults, as triton_streaming picks them
+            shapes.add((rows, gpu.stream_splits(-(-t * g // rows) * H_KV, -(-keys // 64), sms) > 1))
     print(f"streaming kernel: {compiled_variants()} variants compiled for 48 extend calls of {len(shapes)} tile shapes "
           f"(rows, split): {sorted(shapes)}")
-    first, again = call(4097, 7), call(4097, 7)
+    (first, _), (again, _) = call(4097, 7), call(4097, 7)
     print(f"an unseen (prefix, length) = (4097, 7) after them: first call {1e3 * first:.1f} ms, again {1e3 * again:.2f} ms")
 
 
