@@ -122,8 +122,9 @@ def greedy_divergence(a: dict, b: dict) -> tuple[int | None, float, float]:
 
 
 def small_pool(groups, s_k: float, s_v: float, pages: int, dense_reserve: float | None = 0.5, layers: int = 1,
-               head_dim: int = 64, sink: int = 64, window: int = 128, auto_reserve_pages: int = 0):
-    """An ``HSKVPool`` on CPU (float32, page 64, stream checkpoint 256) for unit tests: every layer
+               head_dim: int = 64, sink: int = 64, window: int = 128, auto_reserve_pages: int = 0,
+               dtype=None, device: str = "cpu"):
+    """An ``HSKVPool`` (default float32 on CPU; page 64, stream checkpoint 256) for unit tests: every layer
     split as ``groups`` (``LayerGroups``), the same sparsity for prefill and decode."""
     import torch
     from hs_kernels import SparsityConfig
@@ -136,7 +137,7 @@ def small_pool(groups, s_k: float, s_v: float, pages: int, dense_reserve: float 
     settings = HSSettings(prefill=cfg, decode=cfg, sink_tokens=sink, window_tokens=window, dense_reserve=dense_reserve,
                           recipe="test", stream_checkpoint=256, layers=[groups] * layers, num_kv_heads=h_kv,
                           auto_reserve_pages=auto_reserve_pages)
-    return HSKVPool(pages * 64, 64, torch.float32, h_kv, head_dim, layers, "cpu", settings)
+    return HSKVPool(pages * 64, 64, dtype or torch.float32, h_kv, head_dim, layers, device, settings)
 
 
 def flush_cache(engine, timeout_s: float = 60.0) -> None:

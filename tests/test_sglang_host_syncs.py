@@ -1,0 +1,183 @@
+"""The backend's GPU path as the host runs it, checked on CPU: SGLang's layers call ``forward_extend`` and
+``forward_decode`` on fake CUDA tensors (torch's FakeTensorMode: shapes and dtypes, no data), the GPU's capabilities
+reported as an H100's, and every kernel launch (Triton, and the CUDA libraries' entry points) recorded instead of run.
+
+Any read of a GPU value on the host is a host sync: ``.item()``, ``.tolist()``, ``bool()`` are recorded (answered from
+a script, else 0), a data-dependent shape (``nonzero``, a boolean mask) raises. Checked: the layers of an extend make
+none, except the one read of ``prefix_splits`` at the first layer where the CUDA prefix path may take the chunk; a
+decode step makes none at all (its metadata is captured in CUDA graphs); every layer launches what the others do. The
+kernels themselves are tested on the GPU (tests/test_kernels_gpu_*.py), the CPU path's results elsewhere."""
+
+from types import SimpleNamespace as NS
+
+import pytest
+import torch
+
+pytest.importorskip("sglang")
+pytest.importorskip("triton")
+
+import triton.runtime.jit  # noqa: E402
+from sglang.srt.model_executor.forward_batch_info import ForwardMode  # noqa: E402
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode  # noqa: E402
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes  # noqa: E402
+from torch.utils._pytree import tree_leaves  # noqa: E402
+
+from hs_kernels import cuda_decode as cd  # noqa: E402
+from hs_kernels import cuda_prefill as cp  # noqa: E402
+from hs_kernels import gpu as hs_gpu  # noqa: E402
+from hs_kernels.triton_prefix_blocks import HEAD  # noqa: E402
+from sglang_hs.backend import HSAttnBackend  # noqa: E402
+from sglang_hs.settings import LayerGroups  # noqa: E402
+from sglang_hs.testing import small_pool  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore:Accessing the data pointer of FakeTensor")  # an address, not a value
+
+H_KV, GROUP, D, LAYERS = 4, 4, 128, 3
+GROUPS = LayerGroups((0, 1), (2, 3))  # retrieval and streaming groups in every layer
+
+
+def _on_gpu(x) -> bool:
+    return (isinstance(x, (FakeTensor, torch.device)) and (x if isinstance(x, torch.device) else x.device).type == "cuda"
+            or isinstance(x, str) and x.startswith("cuda"))
+
+
+class HostReads(TorchDispatchMode):
+    """Records each host read of a CUDA value (in ``reads``, under the current ``where``) and answers it from
+    ``answers``, else 0; ops on real CPU tensors alone run for real, as the host's bookkeeping does."""
+
+    def __init__(self):
+        super().__init__()
+        self.reads, self.answers, self.where = [], iter(()), None
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.ops.aten._local_scalar_dense.default and _on_gpu(args[0]):
+            self.reads.append(self.where)
+            return next(self.answers, 0)
+        if not any(_on_gpu(x) for x in tree_leaves((args, kwargs))):
+            with _disable_current_modes():
+                return func(*args, **kwargs)
+        return func(*args, **kwargs)
+
+
+@pytest.fixture
+def gpu(monkeypatch):
+    """The GPU path, as on an H100 with nvcc, on fake CUDA tensors; yields ``(host reads, launches)``: launches as
+    ``(where, kernel name)``."""
+    reads, launches = HostReads(), []
+
+    def cuda_decode(*args, **kwargs):
+        launches.append((reads.where, "cuda_decode"))
+
+    def cuda_prefill(q, k, v, *args, **kwargs):
+        launches.append((reads.where, "cuda_prefill"))
+        return torch.empty(v.index.shape[0] + 1, dtype=torch.int32, device=q.device)  # the launch's work
+
+    def triton_run(self, *args, grid, warmup, **kwargs):
+        launches.append((reads.where, self.fn.__name__))
+
+    monkeypatch.setattr(triton.runtime.jit.JITFunction, "run", triton_run)
+    monkeypatch.setattr(hs_gpu, "_gpu_allowed", lambda: True)
+    monkeypatch.setattr(hs_gpu, "triton_available", lambda: True)
+    monkeypatch.setattr(hs_gpu, "_sm_count", lambda device: 132)
+    monkeypatch.setattr(hs_gpu, "_sm_major", lambda device: 9)
+    for module in (cd, cp):
+        monkeypatch.setattr(module, "available", lambda: True)
+    monkeypatch.setattr(cd, "built", lambda: True)
+    monkeypatch.setattr(cp, "built", lambda *args, **kwargs: True)
+    monkeypatch.setattr(cd, "warm_up", lambda *args: None)
+    monkeypatch.setattr(cd, "resident_per_sm", lambda *args: 2)
+    monkeypatch.setattr(cd, "launch", cuda_decode)
+    monkeypatch.setattr(cp, "launch", cuda_prefill)
+    with FakeTensorMode(allow_non_fake_inputs=True), reads:
+        yield reads, launches
+
+
+def make_backend(tokens: int, decode_kernel: str = "auto") -> HSAttnBackend:
+    pool = small_pool(GROUPS, 1.0, 1.0, -(-tokens // 64) + 8, layers=LAYERS, head_dim=D, sink=128, window=256,
+                      dtype=torch.bfloat16, device="cuda")
+    pool.settings.decode_kernel = decode_kernel
+    req_to_token = torch.zeros(4, tokens + 64, dtype=torch.int32, device="cuda")
+    runner = NS(device="cuda", req_to_token_pool=NS(req_to_token=req_to_token), token_to_kv_pool=pool,
+                model_config=NS(num_attention_heads=H_KV * GROUP, num_key_value_heads=H_KV))
+    return HSAttnBackend(runner)
+
+
+def layer(i: int):
+    return NS(layer_id=i, tp_q_head_num=H_KV * GROUP, tp_k_head_num=H_KV, qk_head_dim=D, v_head_dim=D,
+              scaling=D ** -0.5, is_cross_attention=False, logit_cap=0, sliding_window_size=-1)
+
+
+def run_layers(backend, reads, forward, batch, tokens: int):
+    q, k, v = (torch.randn(tokens, h * D, dtype=torch.bfloat16, device="cuda") for h in (H_KV * GROUP, H_KV, H_KV))
+    for i in range(LAYERS):
+        reads.where = i
+        out = forward(q, k, v, layer(i), batch)
+        assert out.shape == q.shape and out.device.type == "cuda"
+
+
+def per_layer(launches) -> list[list[str]]:
+    return [[name for where, name in launches if where == i] for i in range(LAYERS)]
+
+
+def extend(backend, reads, prefix: int, chunk: int, answers=()):
+    batch = NS(forward_mode=ForwardMode.EXTEND, req_pool_indices=torch.tensor([1], device="cuda"),
+               extend_prefix_lens_cpu=[prefix], extend_seq_lens_cpu=[chunk],
+               out_cache_loc=torch.zeros(chunk, dtype=torch.int64, device="cuda"))
+    reads.where = "metadata"
+    backend.init_forward_metadata(batch)
+    reads.answers = iter(answers)
+    run_layers(backend, reads, backend.forward_extend, batch, chunk)
+
+
+@pytest.mark.parametrize("prefix, chunk", [(0, 1000), (4096, 64), (4096, 2048), (4097, 300)])
+def test_extend_layers_make_no_host_sync(gpu, prefix, chunk):
+    """A cold prompt, a question on a cached prefix, a chunk pruned in flight, a prefix ending inside a block."""
+    reads, launches = gpu
+    extend(make_backend(prefix + chunk), reads, prefix, chunk)
+    assert [where for where in reads.reads if where != "metadata"] == []
+    first, *others = per_layer(launches)
+    assert {"write_kernel", "prefill_kernel", "stream_kernel"} <= set(first)
+    assert all(names == first for names in others)
+
+
+def test_cuda_prefix_path_reads_the_split_once_per_forward(gpu):
+    """A question after a prefix long enough for the CUDA prefix path: ``prefix_splits`` at the first layer is the
+    forward's one read; every layer then runs the CUDA kernel on its 2:4 blocks and Triton on the rest."""
+    reads, launches = gpu
+    prefix, chunk = hs_gpu.CUDA_PREFIX_LONG_KEYS + 40, 64
+    assert hs_gpu.cuda_prefix_worth(chunk, hs_gpu.CUDA_PREFIX_LONG_KEYS, given=True)
+    header = [prefix // 64, 0, 1, 0, 1, 0]  # every full block 2:4, the partial last one dense (triton_prefix_blocks)
+    assert len(header) == HEAD
+    extend(make_backend(prefix + chunk), reads, prefix, chunk, answers=header * LAYERS)
+    assert [where for where in reads.reads if where != "metadata"] == [0] * HEAD * LAYERS
+    first, *others = per_layer(launches)
+    assert first.count("prefix_blocks_kernel") == LAYERS  # the split of every layer
+    assert {"cuda_prefill", "prefill_kernel", "rescue_kernel"} <= set(others[0])
+    assert [name for name in first if name != "prefix_blocks_kernel"] == others[0]
+    assert all(names == others[0] for names in others)
+
+
+@pytest.mark.parametrize("decode_kernel, kernel", [("triton", "decode_kernel"), ("auto", "cuda_decode")])
+@pytest.mark.parametrize("graph", [False, True])
+def test_decode_step_makes_no_host_sync(gpu, decode_kernel, kernel, graph):
+    """A decode step of three sequences (none at a page's end, so no bookkeeping), eager or as a graph's replay: no
+    read at all, the step's metadata included (captured in the graph)."""
+    reads, launches = gpu
+    lens = [4200, 300, 70]
+    backend = make_backend(max(lens), decode_kernel)
+    seq_lens = torch.tensor(lens)
+    batch = NS(forward_mode=ForwardMode.DECODE, req_pool_indices=torch.tensor([0, 1, 2], device="cuda"),
+               seq_lens=seq_lens.to("cuda"), seq_lens_cpu=seq_lens,
+               out_cache_loc=torch.zeros(len(lens), dtype=torch.int64, device="cuda"))
+    reads.where = "metadata"
+    if graph:
+        backend.init_cuda_graph_state(len(lens), len(lens))
+        backend.init_forward_metadata_out_graph(batch)
+    else:
+        backend.init_forward_metadata(batch)
+    run_layers(backend, reads, backend.forward_decode, batch, len(lens))
+    assert reads.reads == []
+    first, *others = per_layer(launches)
+    assert {"write_kernel", kernel, "stream_kernel"} <= set(first)
+    assert all(names == first for names in others)
