@@ -10,3 +10,8 @@ RUN_TIMEOUT=170 bash scripts/e2e_ab.sh $OUT/first . -- $F -- --cuda-graph-max-bs
 grep -h "warm-up done" $OUT/first/*.server.log | cut -c1-160
 RUN_TIMEOUT=170 bash scripts/e2e_ab.sh $OUT/profile . stock -- $F --profile-steps 2 -- --cuda-graph-max-bs-decode 16
 head -20 $OUT/profile/r1-*-profile-hs-cached.md 2>/dev/null
+
+# (3, added in the thirty-first session) the attention backend's host time per layer without a server, on the
+# kernels the runs above built: a 64-token question after a 4096-token prefix, a decode step, each against a
+# one-launch floor, and cProfile's own-time table of the question (whose Python the host time is)
+python -m sglang_hs.probe_host --profile 5 > $OUT/probe_host.txt 2>&1; tail -8 $OUT/probe_host.txt

@@ -1,0 +1,34 @@
+"""The host-time probe's harness on CPU (the reference path, a small model): it builds the pool with its prefix
+compressed, times the four steps and prints one row each; on the GPU it is run through the device tool."""
+
+import re
+
+import pytest
+
+pytest.importorskip("sglang")
+
+from sglang_hs import probe_host  # noqa: E402
+
+
+def test_probe_times_every_step_on_a_compressed_prefix(capsys):
+    probe_host.main(["--device", "cpu", "--dtype", "float32", "--layers", "2", "--prefix", "700", "--question", "16",
+                     "--head-dim", "64", "--repeats", "2", "--profile", "1"])
+    out = capsys.readouterr().out
+    rows = re.findall(r"^\| (question|decode step), (hs|floor) \| ([\d.]+) \| ([\d.]+) \| (\d+) \|$", out, re.M)
+    assert [(step, kind) for step, kind, *_ in rows] == [("question", "hs"), ("question", "floor"),
+                                                         ("decode step", "hs"), ("decode step", "floor")]
+    assert all(0 < float(host) <= float(total) for *_, host, total, _ in rows)
+    assert "forward_extend" in out  # the profile's table
+
+
+def test_probe_builds_the_prefix_compressed():
+    args = probe_host.parse(["--device", "cpu", "--dtype", "float32", "--layers", "1", "--prefix", "1100",
+                                           "--question", "8", "--head-dim", "64"])
+    backend, locs = probe_host.build(args)
+    counts = backend.pool.block_counts()
+    assert counts["sparse_blocks"] > 0 and len(locs) == 1100 + 8 + 1
+
+
+def test_probe_refuses_bad_arguments():
+    with pytest.raises(SystemExit):
+        probe_host.main(["--kv-heads", "1"])
