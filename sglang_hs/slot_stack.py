@@ -1,4 +1,5 @@
-"""SlotStack: a free list of pool slots (a stack in one int64 tensor, no Python per-slot work)."""
+"""SlotStack: a free list of pool slots (a stack in one int64 tensor, no Python per-slot work); SlotStacks: equal
+free lists, one per layer, in one table, taken from and given back to all at once."""
 
 from __future__ import annotations
 
@@ -6,13 +7,15 @@ import torch
 
 
 class SlotStack:
-    def __init__(self, capacity: int, device="cpu"):
+    def __init__(self, capacity: int, device="cpu", slots: torch.Tensor | None = None):
+        """``slots``: the storage, ``[capacity]`` int64 holding ``0 .. capacity - 1`` (a row of ``SlotStacks``' table);
+        default its own."""
         self.capacity = capacity
-        self.slots = torch.arange(capacity, dtype=torch.int64, device=device)
+        self.slots = torch.arange(capacity, dtype=torch.int64, device=device) if slots is None else slots
         self.top = capacity  # slots[:top] are free
 
     def reset(self):
-        self.slots = torch.arange(self.capacity, dtype=torch.int64, device=self.slots.device)
+        self.slots.copy_(torch.arange(self.capacity, dtype=torch.int64))
         self.top = self.capacity
 
     @property
@@ -35,3 +38,49 @@ class SlotStack:
             raise RuntimeError(f"slot pool over-freed: {self.top} + {n} > {self.capacity}")
         self.slots[self.top:self.top + n] = slots.reshape(-1)
         self.top += n
+
+
+class SlotStacks:
+    """``count`` free lists of one capacity in one ``[count, capacity]`` table, each a ``SlotStack`` over its row
+    (``stacks``, which may also be used one at a time): a page's slots are taken from every list, and given back to
+    every list, in a few launches, not a few per list."""
+
+    def __init__(self, count: int, capacity: int, device="cpu"):
+        self.table = torch.arange(capacity, dtype=torch.int64, device=device).repeat(count, 1)
+        self.stacks = [SlotStack(capacity, device, row) for row in self.table]
+
+    def reset(self):
+        for stack in self.stacks:
+            stack.reset()
+
+    def pop(self, n: int) -> torch.Tensor:
+        """``n`` slots from each list, ``[count, n]``, as each list's ``pop(n)`` gives them."""
+        tops = [stack.top for stack in self.stacks]
+        if n > min(tops):
+            raise RuntimeError(f"slot pool exhausted: need {n}, {min(tops)} free")
+        for stack in self.stacks:
+            stack.top -= n
+        cols = torch.tensor(tops)[:, None] - n + torch.arange(n)
+        return self.table.gather(1, cols.to(self.table.device))
+
+    def push(self, slots: torch.Tensor, keep: torch.Tensor) -> None:
+        """Give each list back its row's ``slots [count, m]`` where ``keep [count, m]``, in order, as each list's
+        ``push(slots[i][keep[i]])`` would; one host read (the counts)."""
+        counts = keep.sum(1).tolist()
+        for stack, n in zip(self.stacks, counts):
+            if stack.top + n > stack.capacity:
+                raise RuntimeError(f"slot pool over-freed: {stack.top} + {n} > {stack.capacity}")
+        total = sum(counts)
+        if not total:
+            return
+        # the kept slots first in each row (a stable sort keeps their order), then row i's first counts[i] of them
+        kept = slots.gather(1, torch.argsort((~keep).to(torch.int8), dim=1, stable=True))
+        n = torch.tensor(counts)
+        rows = torch.repeat_interleave(torch.arange(len(counts)), n)
+        within = torch.arange(total) - (n.cumsum(0) - n)[rows]
+        cols = torch.tensor([stack.top for stack in self.stacks])[rows] + within
+        device = self.table.device
+        rows, within, cols = rows.to(device), within.to(device), cols.to(device)
+        self.table[rows, cols] = kept[rows, within]
+        for stack, n_i in zip(self.stacks, counts):
+            stack.top += n_i
