@@ -27,6 +27,7 @@ from .slot_stack import SlotStack, SlotStacks
 from .stream_window import keep_mask, live_pages, reusable_pages
 
 OPERANDS = ("k", "v")
+COMPRESS_BLOCKS = 4096  # blocks gathered for one launch of the compressor (64 MiB at head_dim 128, 16-bit)
 
 
 def check(ok: torch.Tensor, message: str) -> None:
@@ -77,18 +78,27 @@ def slot_counts(settings: HSSettings, n_r: int, num_pages: int) -> dict[str, tup
 
 
 class SlotTables:
-    """Index maps ``[layers, num_pages, n_r]`` and free lists (``SlotStacks``) of the layers that have ``n_r``
-    retrieval groups, per operand; each layer's ``LayerStore`` holds views of its row. A page's dense blocks are given
-    slots, and its slots taken back, in all those layers at once: per layer, that took some 200 launches a page opened
-    and 700 (with 65 host syncs) a page freed, on the way to a request's first token."""
+    """The retrieval storage of the layers that have ``n_r`` retrieval groups, stacked per operand: one block pool
+    (layer ``i``'s slots after layer ``i - 1``'s), index maps ``[layers, num_pages, n_r]`` and free lists
+    (``SlotStacks``); each layer's ``LayerStore`` holds views of its share. A page's blocks get slots or give them back,
+    and a sequence's blocks are compressed, in all those layers at once: one layer at a time, opening a page took some
+    200 launches, freeing one 700 with 65 host syncs, and a compression a dozen launches a layer."""
 
-    def __init__(self, settings: HSSettings, n_r: int, layers: int, num_pages: int, device):
-        self.n_r = n_r
-        self.index, self.dense_free, self.sparse_free = {}, {}, {}
+    def __init__(self, settings: HSSettings, n_r: int, layers: int, num_pages: int, head_dim: int, dtype, device):
+        self.settings, self.n_r, self.layers = settings, n_r, layers
+        self.pools, self.index, self.dense_free, self.sparse_free, self.slots = {}, {}, {}, {}, {}
         for op, (n_dense, n_sparse) in slot_counts(settings, n_r, num_pages).items():
+            self.pools[op] = BlockPool.allocate(op, head_dim, layers * n_dense, layers * n_sparse, dtype, device)
             self.index[op] = new_index_map(layers, num_pages, n_r, device=device)
             self.dense_free[op] = SlotStacks(layers, n_dense, device)
             self.sparse_free[op] = SlotStacks(layers, n_sparse, device)
+            self.slots[op] = n_dense, n_sparse
+
+    def layer_pool(self, op: str, row: int) -> BlockPool:
+        """Layer ``row``'s share of the operand's pool (views)."""
+        (n_dense, n_sparse), pool = self.slots[op], self.pools[op]
+        return BlockPool(op, pool.dense[row * n_dense:(row + 1) * n_dense],
+                         *(x[row * n_sparse:(row + 1) * n_sparse] for x in (pool.values, pool.meta)))
 
     def reset(self):
         for op in OPERANDS:
@@ -99,7 +109,7 @@ class SlotTables:
     def on_alloc(self, pages: torch.Tensor):
         for op in OPERANDS:
             slots = self.dense_free[op].pop(pages.numel() * self.n_r)
-            self.index[op][:, pages] = slots.view(slots.shape[0], -1, self.n_r).to(torch.int32)
+            self.index[op][:, pages] = slots.view(self.layers, -1, self.n_r).to(torch.int32)
 
     def on_free(self, pages: torch.Tensor):
         for op in OPERANDS:
@@ -108,6 +118,46 @@ class SlotTables:
             self.dense_free[op].push(slots, used & ~is_sparse(entries))
             self.sparse_free[op].push(slots, used & is_sparse(entries))
             self.index[op][:, pages] = NO_BLOCK
+
+    def compress(self, op: str, s: float, pages: torch.Tensor, num_tokens: int) -> int:
+        """``HSKVPool.compress_sequence`` of operand ``op`` at sparsity ``s`` in these layers (the sequence's pages
+        ``pages``); how many blocks moved. Three host syncs, four with a loss pass or a short sparse pool."""
+        cfg, n_r = self.settings, self.n_r
+        (n_dense, n_sparse), pool = self.slots[op], self.pools[op]
+        index_t = self.index[op][:, pages].transpose(1, 2).reshape(self.layers * n_r, -1)  # row l n_r + g: layer l, group g
+        rows, cols = torch.nonzero(index_t >= 0, as_tuple=True)  # row-major: each layer's dense blocks in a run
+        if not rows.numel():
+            return 0
+        layer_of = rows // n_r
+        dense = layer_of * n_dense + index_t[rows, cols].long()  # slots of the stacked pool
+        chosen = loss_free_selection(num_tokens, s, cfg.sink_tokens, cfg.window_tokens, cols.device)
+        if chosen is not None:  # no loss pass
+            chosen = chosen[cols]
+        else:
+            loss = torch.zeros(index_t.shape, dtype=torch.float32, device=index_t.device)
+            unwritten = torch.full((COMPRESS_BLOCKS,), -1, dtype=torch.int32, device=rows.device)
+            loss[rows, cols] = torch.cat([compress_magnitude(pool.dense[dense[a:a + COMPRESS_BLOCKS]], op, pool.values,
+                                                             pool.meta, unwritten[:len(dense[a:a + COMPRESS_BLOCKS])])[2]
+                                          for a in range(0, len(dense), COMPRESS_BLOCKS)])
+            chosen = select_sparse_blocks(loss, num_tokens, s, cfg.sink_tokens, cfg.window_tokens)[rows, cols]
+        chosen = torch.nonzero(chosen).flatten()
+        want = torch.bincount(layer_of[chosen], minlength=self.layers).tolist()
+        counts = [min(n, stack.free) for n, stack in zip(want, self.sparse_free[op].stacks)]  # pool short: rest dense
+        if counts != want:  # each layer's first counts[l] chosen blocks
+            first = torch.tensor(want, device=rows.device).cumsum(0) - torch.tensor(want, device=rows.device)
+            rank = torch.arange(len(chosen), device=rows.device) - first[layer_of[chosen]]
+            chosen = chosen[rank < torch.tensor(counts, device=rows.device)[layer_of[chosen]]]
+        if not chosen.numel():
+            return 0
+        layer, src = layer_of[chosen], dense[chosen]
+        slots = self.sparse_free[op].pop_counts(counts)
+        dst = (layer * n_sparse + slots).to(torch.int32)
+        for a in range(0, len(src), COMPRESS_BLOCKS):
+            compress_magnitude(pool.dense[src[a:a + COMPRESS_BLOCKS]], op, pool.values, pool.meta,
+                               dst[a:a + COMPRESS_BLOCKS])
+        self.dense_free[op].push_counts(src - layer * n_dense, counts)
+        self.index[op][layer, pages[cols[chosen]], rows[chosen] % n_r] = ~slots.to(torch.int32)
+        return len(src)
 
 
 class LayerStore:
@@ -120,12 +170,13 @@ class LayerStore:
         self.retrieval = head_index(self.groups.retrieval, 1, device)
         self.n_r, self.n_s = len(self.groups.retrieval), len(self.groups.streaming)
         self.pools, self.index, self.dense_free, self.sparse_free = {}, {}, {}, {}
-        for op, (n_dense, n_sparse) in slot_counts(settings, self.n_r, num_pages).items():
-            self.pools[op] = BlockPool.allocate(op, head_dim, n_dense, n_sparse, dtype, device)
+        for op in OPERANDS:
             if tables is None:  # no retrieval group
+                self.pools[op] = BlockPool.allocate(op, head_dim, 0, 0, dtype, device)
                 self.index[op] = new_index_map(num_pages, 0, device=device)
                 self.dense_free[op], self.sparse_free[op] = SlotStack(0, device), SlotStack(0, device)
             else:
+                self.pools[op] = tables.layer_pool(op, row)
                 self.index[op] = tables.index[op][row]
                 self.dense_free[op] = tables.dense_free[op].stacks[row]
                 self.sparse_free[op] = tables.sparse_free[op].stacks[row]
@@ -181,16 +232,11 @@ class HSKVPool(KVCache):
         self.compressed_at: dict[int, int] = {}  # compress_row's memo: row -> tokens at its last call
         self.blocks_compressed = self.stream_pages_trimmed = 0  # since start, whoever asked (radix cache, decode steps)
         retrieval = [len(g.retrieval) for g in layer_groups]
-        self.tables = {n_r: SlotTables(settings, n_r, retrieval.count(n_r), self.num_pages, device)
+        self.tables = {n_r: SlotTables(settings, n_r, retrieval.count(n_r), self.num_pages, head_dim, dtype, device)
                        for n_r in sorted(set(retrieval)) if n_r}
         rows = [retrieval[:i].count(n_r) for i, n_r in enumerate(retrieval)]
         self.layers = [LayerStore(settings, self.start_layer + i, self.num_pages, stream_slots, head_dim, dtype, device,
                                   self.tables.get(n_r), row) for i, (n_r, row) in enumerate(zip(retrieval, rows))]
-        # compress_sequence stacks the retrieval layers' maps: where each layer's rows start, each row's group
-        self.retrieval_layers = [layer for layer in self.layers if layer.n_r]
-        self._row_starts = torch.tensor([0] + [layer.n_r for layer in self.retrieval_layers], device=device).cumsum(0)
-        self._group_of_row = torch.tensor([g for layer in self.retrieval_layers for g in range(layer.n_r)],
-                                          dtype=torch.long, device=device)
         self.reset_slots()
         self._finalize_allocation_log(size)
 
@@ -331,50 +377,16 @@ class HSKVPool(KVCache):
         """Compress one sequence's blocks (token locs ``[num_tokens]``) per the decode sparsity; return
         how many blocks moved to sparse slots. Only dense blocks are read: a sparse block scores loss 0, as
         its decompressed 2:4 data would, so it stays selected and the work per call follows the dense
-        blocks, not the sequence. All layers are selected at once (one selection and four host syncs per
-        operand; per layer, the launches and syncs took 48 ms per 8K chunk of Llama-3.1-8B on the H200)."""
-        if num_tokens < BLOCK_SIZE or not self.retrieval_layers:
+        blocks, not the sequence. The layers of each retrieval count are selected and compressed at once
+        (``SlotTables.compress``; per layer, the launches and syncs took 48 ms per 8K chunk of Llama-3.1-8B on
+        the H200)."""
+        if num_tokens < BLOCK_SIZE:
             return 0
         pages = locs[:num_tokens:BLOCK_SIZE] // BLOCK_SIZE
-        sparsities = ((op, self.settings.decode.sparsity(op)) for op in OPERANDS)
-        moved = sum(self._compress_operand(op, s, pages, num_tokens) for op, s in sparsities if s > 0.0)
+        sparsities = [(op, self.settings.decode.sparsity(op)) for op in OPERANDS]
+        moved = sum(tables.compress(op, s, pages, num_tokens) for tables in self.tables.values()
+                    for op, s in sparsities if s > 0.0)
         self.blocks_compressed += moved
-        return moved
-
-    def _compress_operand(self, op: str, s: float, pages: torch.Tensor, num_tokens: int) -> int:
-        settings, layers = self.settings, self.retrieval_layers
-        index_t = torch.cat([layer.index[op][pages].t() for layer in layers])  # [sum of n_r, nb]
-        rows, cols = torch.nonzero(index_t >= 0, as_tuple=True)  # row-major: each layer's dense blocks in a run
-        dense_at = torch.searchsorted(rows, self._row_starts).tolist()
-        dense_slots = index_t[rows, cols].long()
-        chosen = loss_free_selection(num_tokens, s, settings.sink_tokens, settings.window_tokens, cols.device)
-        if chosen is not None:  # no loss pass
-            chosen = chosen[cols]
-        else:
-            loss_only = torch.full((rows.numel(),), -1, dtype=torch.int32, device=rows.device)
-            loss = torch.zeros(index_t.shape, dtype=torch.float32, device=index_t.device)
-            # a layer's blocks at a time: all layers' dense blocks at once could take GBs (long sequences)
-            loss[rows, cols] = torch.cat([compress_magnitude(layer.pools[op].dense[dense_slots[a:b]], op,
-                                                             layer.pools[op].values, layer.pools[op].meta, loss_only[a:b])[2]
-                                          for layer, a, b in zip(layers, dense_at, dense_at[1:])])
-            chosen = select_sparse_blocks(loss, num_tokens, s, settings.sink_tokens, settings.window_tokens)[rows, cols]
-        chosen = torch.nonzero(chosen).flatten()
-        chosen_at = torch.searchsorted(chosen, torch.tensor(dense_at, device=chosen.device)).tolist()
-        # each chosen block's dense slot, page and group within its layer, for all layers at once: a layer's share is
-        # then a slice (per layer, the gathers were a dozen small launches, on the way to a request's first token)
-        src, at_pages, groups = dense_slots[chosen], pages[cols[chosen]], self._group_of_row[rows[chosen]]
-        moved = 0
-        for i, layer in enumerate(layers):
-            a = chosen_at[i]
-            n = min(chosen_at[i + 1] - a, layer.sparse_free[op].free)  # pool short: the rest stay dense
-            if n == 0:
-                continue
-            slots = layer.sparse_free[op].pop(n).to(torch.int32)
-            pool = layer.pools[op]
-            compress_magnitude(pool.dense[src[a:a + n]], op, pool.values, pool.meta, slots)
-            layer.dense_free[op].push(src[a:a + n])
-            layer.index[op][at_pages[a:a + n], groups[a:a + n]] = ~slots
-            moved += n
         return moved
 
     def layer(self, layer_id: int) -> LayerStore:

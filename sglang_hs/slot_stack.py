@@ -55,32 +55,45 @@ class SlotStacks:
 
     def pop(self, n: int) -> torch.Tensor:
         """``n`` slots from each list, ``[count, n]``, as each list's ``pop(n)`` gives them."""
-        tops = [stack.top for stack in self.stacks]
-        if n > min(tops):
-            raise RuntimeError(f"slot pool exhausted: need {n}, {min(tops)} free")
-        for stack in self.stacks:
+        return self.pop_counts([n] * len(self.stacks)).view(len(self.stacks), n)
+
+    def pop_counts(self, counts: list[int]) -> torch.Tensor:
+        """``counts[i]`` slots from list ``i``, one list after another (``[sum(counts)]``), as each list's ``pop``
+        gives them."""
+        for stack, n in zip(self.stacks, counts):
+            if n > stack.top:
+                raise RuntimeError(f"slot pool exhausted: need {n}, {stack.top} free")
+        for stack, n in zip(self.stacks, counts):
             stack.top -= n
-        cols = torch.tensor(tops)[:, None] - n + torch.arange(n)
-        return self.table.gather(1, cols.to(self.table.device))
+        return self.table[self._places(counts)]
 
     def push(self, slots: torch.Tensor, keep: torch.Tensor) -> None:
         """Give each list back its row's ``slots [count, m]`` where ``keep [count, m]``, in order, as each list's
         ``push(slots[i][keep[i]])`` would; one host read (the counts)."""
         counts = keep.sum(1).tolist()
+        # the kept slots first in each row (a stable sort keeps their order), then row i's first counts[i] of them
+        kept = slots.gather(1, torch.argsort((~keep).to(torch.int8), dim=1, stable=True))
+        rows, within = (x.to(slots.device) for x in _layout(counts))
+        self.push_counts(kept[rows, within], counts)
+
+    def push_counts(self, slots: torch.Tensor, counts: list[int]) -> None:
+        """Give list ``i`` back the next ``counts[i]`` of ``slots``, one list after another, as its ``push`` would."""
         for stack, n in zip(self.stacks, counts):
             if stack.top + n > stack.capacity:
                 raise RuntimeError(f"slot pool over-freed: {stack.top} + {n} > {stack.capacity}")
-        total = sum(counts)
-        if not total:
-            return
-        # the kept slots first in each row (a stable sort keeps their order), then row i's first counts[i] of them
-        kept = slots.gather(1, torch.argsort((~keep).to(torch.int8), dim=1, stable=True))
-        n = torch.tensor(counts)
-        rows = torch.repeat_interleave(torch.arange(len(counts)), n)
-        within = torch.arange(total) - (n.cumsum(0) - n)[rows]
+        self.table[self._places(counts)] = slots
+        for stack, n in zip(self.stacks, counts):
+            stack.top += n
+
+    def _places(self, counts: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Table rows and columns of ``counts[i]`` places from list ``i``'s top up, one list after another."""
+        rows, within = _layout(counts)
         cols = torch.tensor([stack.top for stack in self.stacks])[rows] + within
-        device = self.table.device
-        rows, within, cols = rows.to(device), within.to(device), cols.to(device)
-        self.table[rows, cols] = kept[rows, within]
-        for stack, n_i in zip(self.stacks, counts):
-            stack.top += n_i
+        return rows.to(self.table.device), cols.to(self.table.device)
+
+
+def _layout(counts: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """For ``counts[i]`` items of list ``i``, one list after another: each item's list and place within it (host)."""
+    n = torch.tensor(counts, dtype=torch.long)
+    rows = torch.repeat_interleave(torch.arange(len(counts)), n)
+    return rows, torch.arange(len(rows)) - (n.cumsum(0) - n)[rows]

@@ -26,10 +26,19 @@ def test_stacks_pop_and_push_as_each_list_alone():
             stacks.push(slots, keep)
             for s, row, k in zip(alone, slots, keep):
                 s.push(row[k])
-        else:
+        elif step % 3 == 1:
             n = int(torch.randint(1, 4, (1,), generator=gen))
             got = stacks.pop(n)
             assert got.tolist() == [s.pop(n).tolist() for s in alone]
+        else:  # a different count from each list, and back to some
+            counts = torch.randint(0, 4, (count,), generator=gen).tolist()
+            got = stacks.pop_counts(counts)
+            assert got.tolist() == [slot for s, n in zip(alone, counts) for slot in s.pop(n).tolist()]
+            back = [n // 2 for n in counts]
+            given = torch.cat([part[:b] for part, b in zip(got.split(counts), back)])
+            stacks.push_counts(given, back)
+            for s, part, b in zip(alone, got.split(counts), back):
+                s.push(part[:b])
         assert [s.top for s in stacks.stacks] == [s.top for s in alone]
         assert all(torch.equal(a.slots[:a.top], b.slots[:b.top]) for a, b in zip(stacks.stacks, alone))
 
@@ -76,3 +85,28 @@ def bookkeeping_ops(layers: int) -> tuple[collections.Counter, collections.Count
 def test_page_bookkeeping_costs_the_same_for_any_number_of_layers():
     pytest.importorskip("sglang")
     assert bookkeeping_ops(2) == bookkeeping_ops(16)
+
+
+def compression_ops(layers: int, s: float) -> collections.Counter:
+    from sglang_hs.settings import LayerGroups
+    from sglang_hs.testing import small_pool
+
+    pool = small_pool(LayerGroups((0, 1), (2,)), s, s, 32, layers=layers)
+    pages = torch.arange(1, 17)
+    pool.on_alloc_pages(pages)
+    locs = (pages[:, None] * 64 + torch.arange(64)).flatten()
+    gen = torch.Generator().manual_seed(0)
+    for layer in range(layers):
+        pool.write(layer, locs, *(torch.randn(len(locs), 3, 64, generator=gen) for _ in range(2)))
+    pool.compress_sequence(locs, 600)
+    with Ops() as ops:
+        moved = pool.compress_sequence(locs, len(locs))
+    assert moved > 0
+    return ops.count
+
+
+@pytest.mark.parametrize("s", [1.0, 0.5])
+def test_compression_costs_the_same_for_any_number_of_layers(s):
+    """The selection (with a loss pass below S = 1) and the compression of every layer at once."""
+    pytest.importorskip("sglang")
+    assert compression_ops(2, s) == compression_ops(16, s)
