@@ -4,8 +4,9 @@
 
 The backend and pool the server runs (the recipe's sparsity, sink and window; half the KV groups of every layer
 retrieval groups) hold one sequence: a ``--prefix``-token prefix written and compressed as the radix cache leaves it.
-Timed, median of ``--repeats``: a cached question of ``--question`` tokens (``init_forward_metadata``, then every
-layer's ``forward_extend``) and one eager decode step after it. "host" is the wall clock until the last layer returns
+Timed, median of ``--repeats``: the pool's bookkeeping for all layers (the compression of the prefix's next block,
+as a decode step does when a page fills; a page opened and freed), a cached question of ``--question`` tokens
+(``init_forward_metadata``, then every layer's ``forward_extend``) and one eager decode step after it. "host" is the wall clock until the last layer returns
 (the host's work of queueing the step), "total" until the GPU has finished. Beside each, a floor for any backend: per
 layer the same new K/V stored into a flat cache and SDPA over the gathered keys (one attention launch, as stock SGLang's
 backends make). ``--profile N``: cProfile's functions by own time over N more questions, which says whose Python the
@@ -29,7 +30,7 @@ from .kv_pool import HSKVPool
 from .settings import HSSettings, LayerGroups, load_recipe
 
 ROW = 1  # the sequence's row of req_to_token
-CHUNK = 1024  # tokens per prefill chunk while the prefix is written (the dense reserve holds two)
+CHUNK = 1024  # tokens per prefill chunk while the prefix is written
 
 
 def build(args) -> tuple[HSAttnBackend, torch.Tensor]:
@@ -46,7 +47,8 @@ def build(args) -> tuple[HSAttnBackend, torch.Tensor]:
                           num_kv_heads=args.kv_heads)
     tokens = args.prefix + args.question + 1
     pages = -(-tokens // BLOCK_SIZE)
-    pool = HSKVPool((pages + 2 * CHUNK // BLOCK_SIZE) * BLOCK_SIZE, BLOCK_SIZE, args.dtype, args.kv_heads, args.head_dim, args.layers,
+    spare = CHUNK // BLOCK_SIZE + args.repeats + 1  # pages dense at once: a chunk's and the timed compressions'
+    pool = HSKVPool((pages + 2 * spare) * BLOCK_SIZE, BLOCK_SIZE, args.dtype, args.kv_heads, args.head_dim, args.layers,
                     args.device, settings)
     page_ids = torch.arange(1, pages + 1, device=args.device)
     locs = (page_ids[:, None] * BLOCK_SIZE + torch.arange(BLOCK_SIZE, device=args.device)).flatten()[:tokens]
@@ -60,10 +62,19 @@ def build(args) -> tuple[HSAttnBackend, torch.Tensor]:
             k, v = (torch.randn(end - start, args.kv_heads, args.head_dim, generator=gen, device=args.device,
                                 dtype=args.dtype) for _ in range(2))
             pool.write(layer, locs[start:end], k, v)
-        pool.compress_sequence(locs[:min(end, args.prefix)], min(end, args.prefix))
+        done = min(end, compressed(args))
+        pool.compress_sequence(locs[:done], done)
+        kept = min(end, args.prefix)  # the question's window stays, as the radix cache pins it at a prompt's end
+        pool.trim_stream(ROW, locs[:kept], kept, running=True)  # as the radix cache does after each chunk
     runner = NS(device=args.device, req_to_token_pool=NS(req_to_token=req_to_token), token_to_kv_pool=pool,
                 model_config=NS(num_attention_heads=args.kv_heads * args.group, num_key_value_heads=args.kv_heads))
     return HSAttnBackend(runner), locs
+
+
+def compressed(args) -> int:
+    """Tokens of the prefix compressed when built: the timed compressions (one untimed first) then take the rest,
+    one block each, as decode steps do when a page fills."""
+    return max(0, args.prefix - (args.repeats + 1) * BLOCK_SIZE)
 
 
 def layers(args) -> list:
@@ -85,6 +96,16 @@ def steps(args, backend: HSAttnBackend, locs: torch.Tensor) -> dict:
     decode = NS(forward_mode=ForwardMode.DECODE, req_pool_indices=rows, seq_lens=n.to(args.device), seq_lens_cpu=n,
                 out_cache_loc=locs[p + t:p + t + 1])
     model = layers(args)
+    pool, done = backend.pool, [compressed(args)]
+    spare = torch.tensor([len(locs) // BLOCK_SIZE + 2], device=args.device)  # a page no sequence holds
+
+    def compress_next_block():
+        done[0] = min(done[0] + BLOCK_SIZE, p)
+        pool.compress_sequence(locs[:done[0]], done[0])
+
+    def open_and_free_page():
+        pool.on_alloc_pages(spare)
+        pool.on_free_pages(spare)
 
     def hs_question():
         backend.init_forward_metadata(question)
@@ -110,7 +131,8 @@ def steps(args, backend: HSAttnBackend, locs: torch.Tensor) -> dict:
                     keys[None, :, 1].transpose(1, 2), enable_gqa=True)
         return run
 
-    return {"question, hs": hs_question, "question, floor": floor(t, q, k, v, p + t),
+    return {"compression, next block": compress_next_block, "page opened and freed": open_and_free_page,
+            "question, hs": hs_question, "question, floor": floor(t, q, k, v, p + t),
             "decode step, hs": hs_decode, "decode step, floor": floor(1, q1, k1, v1, p + t + 1)}
 
 

@@ -14,19 +14,21 @@ def test_probe_times_every_step_on_a_compressed_prefix(capsys):
     probe_host.main(["--device", "cpu", "--dtype", "float32", "--layers", "2", "--prefix", "700", "--question", "16",
                      "--head-dim", "64", "--repeats", "2", "--profile", "1"])
     out = capsys.readouterr().out
-    rows = re.findall(r"^\| (question|decode step), (hs|floor) \| ([\d.]+) \| ([\d.]+) \| (\d+) \|$", out, re.M)
-    assert [(step, kind) for step, kind, *_ in rows] == [("question", "hs"), ("question", "floor"),
-                                                         ("decode step", "hs"), ("decode step", "floor")]
-    assert all(0 < float(host) <= float(total) for *_, host, total, _ in rows)
+    rows = re.findall(r"^\| ([a-z ,]+) \| ([\d.]+) \| ([\d.]+) \| (\d+) \|$", out, re.M)
+    assert [step for step, *_ in rows] == ["compression, next block", "page opened and freed", "question, hs",
+                                           "question, floor", "decode step, hs", "decode step, floor"]
+    assert all(0 < float(host) <= float(total) for _, host, total, _ in rows)
     assert "forward_extend" in out  # the profile's table
 
 
 def test_probe_builds_the_prefix_compressed():
     args = probe_host.parse(["--device", "cpu", "--dtype", "float32", "--layers", "1", "--prefix", "1100",
-                                           "--question", "8", "--head-dim", "64"])
+                                           "--question", "8", "--head-dim", "64", "--repeats", "2"])
     backend, locs = probe_host.build(args)
-    counts = backend.pool.block_counts()
-    assert counts["sparse_blocks"] > 0 and len(locs) == 1100 + 8 + 1
+    before = backend.pool.block_counts()["sparse_blocks"]
+    assert before > 0 and len(locs) == 1100 + 8 + 1
+    probe_host.steps(args, backend, locs)["compression, next block"]()
+    assert backend.pool.block_counts()["sparse_blocks"] > before  # each timed compression moves a block
 
 
 def test_probe_refuses_bad_arguments():
