@@ -1,9 +1,9 @@
-"""HSTokenAllocator: SGLang's paged token allocator without Triton, tied to HSKVPool's block slots.
+"""HSTokenAllocator: SGLang's paged token allocator, tied to HSKVPool's block slots.
 
-SGLang's PagedTokenToKVPoolAllocator launches Triton kernels in alloc_extend/alloc_decode, which
-fail on CPU. Here the same page bookkeeping is done in PyTorch (SGLang's own alloc_extend_naive for
-extend), and every page handed out or released is reported to the pool so that dense/sparse
-block slots follow the pages exactly. SGLang counts capacity in pages; a new page also needs dense
+SGLang's PagedTokenToKVPoolAllocator places new tokens with Triton kernels (alloc_extend/alloc_decode),
+which fail on CPU: there the same placement is done in PyTorch (SGLang's own alloc_extend_naive for
+extend, whose comparisons read the GPU: host syncs, so CUDA keeps the kernels). Every page handed out or
+released is reported to the pool so that dense/sparse block slots follow the pages exactly. SGLang counts capacity in pages; a new page also needs dense
 block slots (it is compressed later) and a stream slot (trimmed later), so when those run short the
 radix cache is asked to evict leaves (their pages hand back their slots) before the allocation fails.
 """
@@ -14,7 +14,8 @@ import logging
 
 import torch
 from sglang.srt.mem_cache.base_prefix_cache import EvictParams
-from sglang.srt.mem_cache.allocator.paged import PagedTokenToKVPoolAllocator, alloc_extend_naive
+from sglang.srt.mem_cache.allocator.paged import (PagedTokenToKVPoolAllocator, alloc_decode_kernel, alloc_extend_kernel,
+                                                  alloc_extend_naive, next_power_of_2)
 from sglang.srt.utils import get_num_new_pages
 
 logger = logging.getLogger("sglang_hs")
@@ -59,7 +60,11 @@ class HSTokenAllocator(PagedTokenToKVPoolAllocator):
         if not self._can_take(num_new_pages):
             return None
         out = torch.empty((extend_num_tokens,), dtype=torch.int64, device=self.device)
-        alloc_extend_naive(prefix_lens, seq_lens, last_loc, self.free_pages, out, self.page_size, self.device)
+        if out.is_cuda:
+            alloc_extend_kernel[(len(prefix_lens),)](prefix_lens, seq_lens, last_loc, self.free_pages, out,
+                                                     next_power_of_2(len(prefix_lens)), self.page_size)
+        else:
+            alloc_extend_naive(prefix_lens, seq_lens, last_loc, self.free_pages, out, self.page_size, self.device)
         self._take(num_new_pages)
         return out
 
@@ -68,9 +73,16 @@ class HSTokenAllocator(PagedTokenToKVPoolAllocator):
         num_new_pages = get_num_new_pages(seq_lens=seq_lens_cpu, page_size=self.page_size, decode=True)
         if not self._can_take(num_new_pages):
             return None
+        if not num_new_pages:
+            return (last_loc + 1).to(torch.int64)
+        if last_loc.is_cuda:  # a masked write would read the mask on the host
+            out = torch.empty((len(seq_lens),), dtype=torch.int64, device=self.device)
+            alloc_decode_kernel[(len(seq_lens),)](seq_lens, last_loc, self.free_pages, out,
+                                                  next_power_of_2(len(seq_lens)), self.page_size)
+            self._take(num_new_pages)
+            return out
         out = (last_loc + 1).to(torch.int64)
-        if num_new_pages:
-            out[(seq_lens - 1) % self.page_size == 0] = self._take(num_new_pages) * self.page_size
+        out[(seq_lens - 1) % self.page_size == 0] = self._take(num_new_pages) * self.page_size
         return out
 
     def _release_page_ids(self, *page_ids: torch.Tensor):

@@ -181,3 +181,22 @@ def test_decode_step_makes_no_host_sync(gpu, decode_kernel, kernel, graph):
     first, *others = per_layer(launches)
     assert {"write_kernel", kernel, "stream_kernel"} <= set(first)
     assert all(names == first for names in others)
+
+
+@pytest.mark.parametrize("opens_page", [False, True])
+def test_token_placement_makes_no_host_sync(gpu, opens_page):
+    """The allocator places an extend's and a decode step's tokens with SGLang's kernels on CUDA (its PyTorch placement,
+    for the CPU, compares on the host), and the pages it hands out get their block and stream slots with no read."""
+    from sglang_hs.allocator import HSTokenAllocator
+
+    reads, launches = gpu
+    backend = make_backend(4096)
+    alloc = HSTokenAllocator(4096, page_size=64, dtype=torch.bfloat16, device="cuda", kvcache=backend.pool,
+                             need_sort=False)
+    prefix, seq = torch.tensor([0, 64]), torch.tensor([100, 130])
+    out = alloc.alloc_extend(prefix.to("cuda"), prefix, seq.to("cuda"), seq, torch.tensor([-1, 63], device="cuda"),
+                             int((seq - prefix).sum()))
+    seq = seq + (29 if opens_page else 1)  # 129 opens a page
+    step = alloc.alloc_decode(seq.to("cuda"), seq, torch.tensor([127, 200], device="cuda"))
+    assert out.shape == (166,) and step.shape == (2,) and reads.reads == []
+    assert [name for _, name in launches] == ["alloc_extend_kernel"] + ["alloc_decode_kernel"] * opens_page
