@@ -56,14 +56,14 @@ def reference_warning(head_dim: int, dtype: torch.dtype, group: int) -> str | No
 
 class ExtendSeq(NamedTuple):
     """One sequence of an extend batch: its rows ``[start, start + length)`` of the batch, at
-    positions ``prefix ..``; the pages of its cached prefix; streaming keys (stream rows, int32 positions
-    ``[1, N]`` and their ``stream_key_blocks``) and int32 query positions ``[1, length]``; ``splits``, filled at its
-    first retrieval layer (``_prefix_reads``): each layer's prefix index maps and ``PrefixSplit`` where the CUDA
-    prefix path may take the sequence."""
+    positions ``prefix ..``; each retrieval layer's index maps of its cached prefix (``HSKVPool.prefix_maps``);
+    streaming keys (stream rows, int32 positions ``[1, N]`` and their ``stream_key_blocks``) and int32 query
+    positions ``[1, length]``; ``splits``, filled at its first retrieval layer (``_prefix_reads``): each layer's
+    prefix index maps and ``PrefixSplit`` where the CUDA prefix path may take the sequence."""
     start: int
     prefix: int
     length: int
-    pages: torch.Tensor
+    maps: dict
     stream_rows: torch.Tensor | None
     kpos: torch.Tensor | None
     key_blocks: tuple[torch.Tensor, torch.Tensor] | None
@@ -243,7 +243,7 @@ class HSAttnBackend(AttentionBackend):
         """What every layer reads the same way for one sequence of an extend. Streaming keys:
         ``hs_kernels.streaming_keys`` (sink and window in whole pages; those pages are stored)."""
         n, prefix_blocks = prefix + length, -(-prefix // BLOCK_SIZE)
-        pages = locs[:prefix_blocks * BLOCK_SIZE:BLOCK_SIZE] // BLOCK_SIZE
+        maps = self.pool.prefix_maps(locs[:prefix_blocks * BLOCK_SIZE:BLOCK_SIZE] // BLOCK_SIZE)
         rows = kpos = blocks = None
         if self.pool.has_stream:
             kpos = streaming_keys(prefix, n, self.settings.sink_tokens, self.settings.window_tokens, locs.device)
@@ -251,11 +251,7 @@ class HSAttnBackend(AttentionBackend):
             kpos = kpos.to(torch.int32)[None]
             blocks = stream_key_blocks(kpos)
         qpos = torch.arange(prefix, n, dtype=torch.int32, device=locs.device)[None]
-        return ExtendSeq(start, prefix, length, pages, rows, kpos, blocks, qpos, {})
-
-    def _maps(self, seq: ExtendSeq, store: LayerStore) -> tuple[torch.Tensor, torch.Tensor]:
-        """The layer's index maps of the sequence's cached prefix, ``[n_r, prefix blocks]`` each."""
-        return tuple(self._maps_at(store.index[op], seq.pages[None])[0] for op in ("k", "v"))
+        return ExtendSeq(start, prefix, length, maps, rows, kpos, blocks, qpos, {})
 
     @record_function("hs.prefix_reads")
     def _prefix_reads(self, seq: ExtendSeq, layer_id: int, q: torch.Tensor
@@ -266,16 +262,13 @@ class HSAttnBackend(AttentionBackend):
         forward, not one per layer)."""
         if layer_id in seq.splits:
             return seq.splits[layer_id]
-        store = self.pool.layer(layer_id)
-        maps = self._maps(seq, store)
+        store, maps = self.pool.layer(layer_id), seq.maps[layer_id]
         if not hs_gpu.cuda_prefix_pays(q, store.pools["k"], store.pools["v"], maps[0], seq.prefix, given=True):
             return (*maps, None)
-        ids = [self.pool.start_layer + i for i, other in enumerate(self.pool.layers) if other.n_r]
-        stores = [self.pool.layer(i) for i in ids]
-        all_maps = [maps if i == layer_id else self._maps(seq, other) for i, other in zip(ids, stores)]
-        splits = prefix_splits([(other.pools["k"], other.pools["v"], *m) for other, m in zip(stores, all_maps)],
+        stores = [self.pool.layer(i) for i in seq.maps]
+        splits = prefix_splits([(other.pools["k"], other.pools["v"], *m) for other, m in zip(stores, seq.maps.values())],
                                seq.prefix)
-        seq.splits.update({i: (*m, split) for i, m, split in zip(ids, all_maps, splits)})
+        seq.splits.update({i: (*m, split) for (i, m), split in zip(seq.maps.items(), splits)})
         return seq.splits[layer_id]
 
     @record_function("hs.decode_metadata")
@@ -306,13 +299,6 @@ class HSAttnBackend(AttentionBackend):
         kpos = torch.where(valid, pos, -1).to(torch.int32)
         return DecodeStep(pages, seq_lens.to(torch.int32), self.pool.stream_rows(locs), kpos, *stream_key_blocks(kpos),
                           (seq_lens - 1).to(torch.int32)[:, None])
-
-    @staticmethod
-    def _maps_at(index: torch.Tensor, pages: torch.Tensor) -> torch.Tensor:
-        """A layer's index map ``[pages, n_r]`` read at each sequence's block pages ``[B, blocks]``, as the prefill
-        kernels take it, ``[B, n_r, blocks]``: one gather launch (indexing, then a transposing copy, took two)."""
-        b, n = pages.shape
-        return index.t()[None].expand(b, -1, -1).gather(2, pages[:, None, :].expand(b, index.shape[1], n))
 
     # ---- forward ----
 

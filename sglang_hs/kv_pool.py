@@ -166,7 +166,7 @@ class LayerStore:
 
     def __init__(self, settings: HSSettings, layer_id: int, num_pages: int, stream_slots: int, head_dim: int, dtype, device,
                  tables: SlotTables | None, row: int):
-        self.groups = settings.groups(layer_id)
+        self.groups, self.row = settings.groups(layer_id), row
         self.retrieval = head_index(self.groups.retrieval, 1, device)
         self.n_r, self.n_s = len(self.groups.retrieval), len(self.groups.streaming)
         self.pools, self.index, self.dense_free, self.sparse_free = {}, {}, {}, {}
@@ -391,6 +391,14 @@ class HSKVPool(KVCache):
 
     def layer(self, layer_id: int) -> LayerStore:
         return self.layers[layer_id - self.start_layer]
+
+    def prefix_maps(self, pages: torch.Tensor) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
+        """Each retrieval layer's K and V index maps at ``pages`` (by layer id), ``[n_r, len(pages)]`` each and
+        contiguous, as the prefill kernels take them: one gather and one copy per operand and retrieval count."""
+        maps = {n_r: [tables.index[op][:, pages].transpose(1, 2).contiguous() for op in OPERANDS]
+                for n_r, tables in self.tables.items()}
+        return {self.start_layer + i: (maps[layer.n_r][0][layer.row], maps[layer.n_r][1][layer.row])
+                for i, layer in enumerate(self.layers) if layer.n_r}
 
     # ---- SGLang KVCache interface ----
 

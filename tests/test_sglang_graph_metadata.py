@@ -16,7 +16,8 @@ pytest.importorskip("sglang")
 from sglang.srt.model_executor.forward_batch_info import ForwardMode  # noqa: E402
 
 from sglang_hs.backend import HSAttnBackend  # noqa: E402
-from sglang_hs.settings import LayerGroups  # noqa: E402
+from hs_kernels import SparsityConfig  # noqa: E402
+from sglang_hs.settings import HSSettings, LayerGroups  # noqa: E402
 from sglang_hs.testing import small_pool  # noqa: E402
 
 SINK, WINDOW, PAGES, WIDTH = 64, 128, 40, 1024  # WIDTH: req_to_token columns (the context length)
@@ -81,14 +82,26 @@ def test_capture_skips_bookkeeping_replay_runs_it(backend):
     assert backend.pool.block_counts()["sparse_blocks"] == 2 * 7
 
 
-@pytest.mark.parametrize("batch", [1, 3])
-def test_maps_at_are_the_index_maps_at_the_pages(batch):
-    """The decode's per-layer index maps, one gather: ``index[pages]`` transposed to ``[B, groups, blocks]``."""
-    gen = torch.Generator().manual_seed(batch)
-    index = torch.randint(-2 ** 31, 2 ** 31 - 1, (40, 3), generator=gen, dtype=torch.int32)
-    pages = torch.randint(0, 40, (batch, 11), generator=gen)
-    maps = HSAttnBackend._maps_at(index, pages)
-    assert maps.is_contiguous() and torch.equal(maps, index[pages].permute(0, 2, 1))
+def test_prefix_maps_are_each_layers_index_maps_at_the_pages():
+    """An extend's prefix maps for all layers at once (layers of 2, 1 and no retrieval groups): each retrieval layer's
+    ``index[pages]`` transposed to ``[groups, blocks]``, contiguous, as the prefill kernels take them."""
+    from sglang_hs.kv_pool import HSKVPool
+
+    groups = [LayerGroups((0, 1), (2,)), LayerGroups((1,), (0, 2)), LayerGroups((), (0, 1, 2)), LayerGroups((0, 2), (1,))]
+    cfg = SparsityConfig(1.0, 1.0, 64, 128)
+    settings = HSSettings(prefill=cfg, decode=cfg, sink_tokens=64, window_tokens=128, dense_reserve=1.0, recipe="test",
+                          stream_checkpoint=256, layers=groups, num_kv_heads=3, auto_reserve_pages=0)
+    pool = HSKVPool(40 * 64, 64, torch.float32, 3, 64, len(groups), "cpu", settings)
+    gen = torch.Generator().manual_seed(3)
+    for layer in pool.layers:
+        for op in ("k", "v"):
+            layer.index[op].copy_(torch.randint(-2 ** 31, 2 ** 31 - 1, layer.index[op].shape, generator=gen))
+    pages = torch.randint(0, 40, (11,), generator=gen)
+    maps = pool.prefix_maps(pages)
+    assert sorted(maps) == [0, 1, 3]
+    for i, (k_map, v_map) in maps.items():
+        for op, got in (("k", k_map), ("v", v_map)):
+            assert got.is_contiguous() and torch.equal(got, pool.layers[i].index[op][pages].t())
 
 
 def extend_batch(rows, prefixes, lens):
