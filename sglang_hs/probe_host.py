@@ -6,11 +6,12 @@ The backend and pool the server runs (the recipe's sparsity, sink and window; ha
 retrieval groups) hold one sequence: a ``--prefix``-token prefix written and compressed as the radix cache leaves it.
 Timed, median of ``--repeats``: the pool's bookkeeping for all layers (the compression of the prefix's next block,
 as a decode step does when a page fills; a page opened and freed), a cached question of ``--question`` tokens
-(``init_forward_metadata``, then every layer's ``forward_extend``) and one eager decode step after it. "host" is the wall clock until the last layer returns
-(the host's work of queueing the step), "total" until the GPU has finished. Beside each, a floor for any backend: per
-layer the same new K/V stored into a flat cache and SDPA over the gathered keys (one attention launch, as stock SGLang's
-backends make). ``--profile N``: cProfile's functions by own time over N more questions, which says whose Python the
-host time is (ours, Triton's launcher, torch's)."""
+(``init_forward_metadata``, then every layer's ``forward_extend``) and one eager decode step after it; beside each, the
+aten operations of one run. "host" is the wall clock until the last layer returns (the host's work of queueing the
+step), "total" until the GPU has finished. A floor for any backend: per layer the same new K/V stored into a flat cache
+and SDPA over the gathered keys (one attention launch, as stock SGLang's backends make). ``--profile N``: cProfile's
+functions by own time over N more questions, which says whose Python the host time is (ours, Triton's launcher,
+torch's)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from types import SimpleNamespace as NS
 
 import torch
 from hs_kernels import BLOCK_SIZE, SparsityConfig
+from torch.utils._python_dispatch import TorchDispatchMode
 from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
 from .backend import HSAttnBackend
@@ -141,19 +143,32 @@ def sync(device: str) -> None:
         torch.cuda.synchronize(device)
 
 
-def timed(step, device: str, repeats: int) -> tuple[float, float]:
-    """Median host and total seconds of ``step`` after one untimed run."""
+class OpCount(TorchDispatchMode):
+    """Counts the aten operations dispatched (kernel launches, allocations, views; not Triton's launches)."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops += 1
+        return func(*args, **(kwargs or {}))
+
+
+def timed(step, device: str, repeats: int) -> tuple[float, float, int]:
+    """Median host and total seconds of ``step`` after one untimed run, whose aten operations are counted."""
     host, total = [], []
-    for i in range(repeats + 1):
+    with OpCount() as count:
+        step()
+    for _ in range(repeats):
         sync(device)
         start = time.perf_counter()
         step()
         queued = time.perf_counter()
         sync(device)
-        if i:
-            host.append(queued - start)
-            total.append(time.perf_counter() - start)
-    return statistics.median(host), statistics.median(total)
+        host.append(queued - start)
+        total.append(time.perf_counter() - start)
+    return statistics.median(host), statistics.median(total), count.ops
 
 
 def parse(argv=None) -> argparse.Namespace:
@@ -180,8 +195,8 @@ def main(argv=None) -> None:
     backend, locs = build(args)
     rows = []
     for name, step in steps(args, backend, locs).items():
-        host, total = timed(step, args.device, args.repeats)
-        rows.append(f"| {name} | {host * 1e3:.2f} | {total * 1e3:.2f} | {host / args.layers * 1e6:.0f} |")
+        host, total, ops = timed(step, args.device, args.repeats)
+        rows.append(f"| {name} | {host * 1e3:.2f} | {total * 1e3:.2f} | {host / args.layers * 1e6:.0f} | {ops} |")
     if args.profile:
         question = steps(args, backend, locs)["question, hs"]
         profile = cProfile.Profile()
@@ -191,7 +206,7 @@ def main(argv=None) -> None:
     print(f"{args.layers} layers, {args.kv_heads * args.group}/{args.kv_heads} heads, head_dim {args.head_dim}, "
           f"{args.dtype}, {args.device}: a {args.question}-token question after a {args.prefix}-token prefix, "
           f"median of {args.repeats}\n")
-    print("| step | host ms | total ms | host us per layer |\n|---|---|---|---|")
+    print("| step | host ms | total ms | host us per layer | aten ops |\n|---|---|---|---|---|")
     print("\n".join(rows))
 
 

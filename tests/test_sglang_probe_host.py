@@ -14,10 +14,10 @@ def test_probe_times_every_step_on_a_compressed_prefix(capsys):
     probe_host.main(["--device", "cpu", "--dtype", "float32", "--layers", "2", "--prefix", "700", "--question", "16",
                      "--head-dim", "64", "--repeats", "2", "--profile", "1"])
     out = capsys.readouterr().out
-    rows = re.findall(r"^\| ([a-z ,]+) \| ([\d.]+) \| ([\d.]+) \| (\d+) \|$", out, re.M)
+    rows = re.findall(r"^\| ([a-z ,]+) \| ([\d.]+) \| ([\d.]+) \| \d+ \| (\d+) \|$", out, re.M)
     assert [step for step, *_ in rows] == ["compression, next block", "page opened and freed", "question, hs",
                                            "question, floor", "decode step, hs", "decode step, floor"]
-    assert all(0 < float(host) <= float(total) for _, host, total, _ in rows)
+    assert all(0 < float(host) <= float(total) and int(ops) > 0 for _, host, total, ops in rows)
     assert "forward_extend" in out  # the profile's table
 
 
