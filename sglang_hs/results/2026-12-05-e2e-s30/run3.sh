@@ -11,7 +11,15 @@ grep -h "warm-up done" $OUT/first/*.server.log | cut -c1-160
 RUN_TIMEOUT=170 bash scripts/e2e_ab.sh $OUT/profile . stock -- $F --profile-steps 2 -- --cuda-graph-max-bs-decode 16
 head -20 $OUT/profile/r1-*-profile-hs-cached.md 2>/dev/null
 
-# (3, added in the thirty-first session) the attention backend's host time per layer without a server, on the
-# kernels the runs above built: a 64-token question after a 4096-token prefix, a decode step, each against a
-# one-launch floor, and cProfile's own-time table of the question (whose Python the host time is)
-python -m sglang_hs.probe_host --profile 5 > $OUT/probe_host.txt 2>&1; tail -8 $OUT/probe_host.txt
+# (3, added in the thirty-first session) host time without a server, on the kernels the runs above built
+# (python -m sglang_hs.probe_host: the pool's bookkeeping, a 64-token question after a 4096-token prefix and a decode
+# step, each against a one-launch floor; cProfile's own-time table of the question), then the same probe on the tree
+# before the bookkeeping was done for all layers at once, if carried in this call as .dev/s31-before (make it with
+# mkdir -p .dev/s31-before && git archive 6a5056e sglang_hs | tar -x -C .dev/s31-before
+# && cp sglang_hs/probe_host.py .dev/s31-before/sglang_hs/)
+timeout 120 python -m sglang_hs.probe_host --profile 5 > $OUT/probe_host.txt 2>&1
+if [ -d .dev/s31-before ]; then
+  PYTHONPATH=$PWD/.dev/s31-before:$PYTHONPATH timeout 120 python -m sglang_hs.probe_host > $OUT/probe_host_before.txt 2>&1
+  echo "before (6a5056e):"; tail -8 $OUT/probe_host_before.txt
+fi
+echo "now:"; tail -8 $OUT/probe_host.txt
