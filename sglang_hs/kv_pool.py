@@ -81,8 +81,8 @@ class SlotTables:
     """The retrieval storage of the layers that have ``n_r`` retrieval groups, stacked per operand: one block pool
     (layer ``i``'s slots after layer ``i - 1``'s), index maps ``[layers, num_pages, n_r]`` and free lists
     (``SlotStacks``); each layer's ``LayerStore`` holds views of its share. A page's blocks get slots or give them back,
-    and a sequence's blocks are compressed, in all those layers at once: one layer at a time, opening a page took some
-    200 launches, freeing one 700 with 65 host syncs, and a compression a dozen launches a layer."""
+    and a sequence's blocks are compressed, in all those layers at once: one layer at a time (32 layers), opening a page
+    took some 200 launches, freeing one 700 with 65 host syncs, and a compression a dozen launches a layer."""
 
     def __init__(self, settings: HSSettings, n_r: int, layers: int, num_pages: int, head_dim: int, dtype, device):
         self.settings, self.n_r, self.layers = settings, n_r, layers
@@ -121,7 +121,7 @@ class SlotTables:
 
     def compress(self, op: str, s: float, pages: torch.Tensor, num_tokens: int) -> int:
         """``HSKVPool.compress_sequence`` of operand ``op`` at sparsity ``s`` in these layers (the sequence's pages
-        ``pages``); how many blocks moved. Three host syncs, four with a loss pass or a short sparse pool."""
+        ``pages``); how many blocks moved. Three host syncs, more with a loss pass or a short sparse pool."""
         cfg, n_r = self.settings, self.n_r
         (n_dense, n_sparse), pool = self.slots[op], self.pools[op]
         index_t = self.index[op][:, pages].transpose(1, 2).reshape(self.layers * n_r, -1)  # row l n_r + g: layer l, group g
