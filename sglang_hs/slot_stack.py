@@ -73,7 +73,7 @@ class SlotStacks:
         counts = keep.sum(1).tolist()
         # the kept slots first in each row (a stable sort keeps their order), then row i's first counts[i] of them
         kept = slots.gather(1, torch.argsort((~keep).to(torch.int8), dim=1, stable=True))
-        rows, within = (x.to(slots.device) for x in _layout(counts))
+        rows, within = (_upload(x, slots.device) for x in _layout(counts))
         self.push_counts(kept[rows, within], counts)
 
     def push_counts(self, slots: torch.Tensor, counts: list[int]) -> None:
@@ -89,7 +89,13 @@ class SlotStacks:
         """Table rows and columns of ``counts[i]`` places from list ``i``'s top up, one list after another."""
         rows, within = _layout(counts)
         cols = torch.tensor([stack.top for stack in self.stacks])[rows] + within
-        return rows.to(self.table.device), cols.to(self.table.device)
+        return _upload(rows, self.table.device), _upload(cols, self.table.device)
+
+
+def _upload(x: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A host-built index on ``device``; to a GPU through pinned memory, not waiting for the work queued there (a copy
+    from pageable memory does: it would stall a batch being formed behind the forward in flight)."""
+    return x if device.type == "cpu" else x.pin_memory().to(device, non_blocking=True)
 
 
 def _layout(counts: list[int]) -> tuple[torch.Tensor, torch.Tensor]:

@@ -41,9 +41,20 @@ def _on_gpu(x) -> bool:
             or isinstance(x, str) and x.startswith("cuda"))
 
 
+def _blocking_upload(func, args, kwargs) -> bool:
+    """A copy from host memory to the GPU that waits for the stream (torch syncs unless ``non_blocking``)."""
+    if func is torch.ops.aten._to_copy.default:
+        return (isinstance(args[0], torch.Tensor) and not _on_gpu(args[0]) and _on_gpu(kwargs.get("device"))
+                and not kwargs.get("non_blocking"))
+    if func is torch.ops.aten.copy_.default:
+        return _on_gpu(args[0]) and not _on_gpu(args[1]) and not (args[2:] or [kwargs.get("non_blocking")])[0]
+    return False
+
+
 class HostReads(TorchDispatchMode):
-    """Records each host read of a CUDA value (in ``reads``, under the current ``where``) and answers it from
-    ``answers``, else 0; ops on real CPU tensors alone run for real, as the host's bookkeeping does."""
+    """Records each host sync on a CUDA stream (in ``reads``, under the current ``where``): a read of a CUDA value,
+    answered from ``answers``, else 0, and a blocking upload; ops on real CPU tensors alone run for real, as the host's
+    bookkeeping does."""
 
     def __init__(self):
         super().__init__()
@@ -54,6 +65,10 @@ class HostReads(TorchDispatchMode):
         if func is torch.ops.aten._local_scalar_dense.default and _on_gpu(args[0]):
             self.reads.append(self.where)
             return next(self.answers, 0)
+        if _blocking_upload(func, args, kwargs):
+            self.reads.append((self.where, "upload"))
+        if func is torch.ops.aten._pin_memory.default:  # no pinned memory without a GPU: host memory stands in
+            return args[0]
         if not any(_on_gpu(x) for x in tree_leaves((args, kwargs))):
             with _disable_current_modes():
                 return func(*args, **kwargs)
@@ -93,14 +108,17 @@ def gpu(monkeypatch):
         yield reads, launches
 
 
-def make_backend(tokens: int, decode_kernel: str = "auto") -> HSAttnBackend:
+def make_backend(reads: HostReads, tokens: int, decode_kernel: str = "auto") -> HSAttnBackend:
+    """The backend over a pool for ``tokens``; what its start-up synced is forgotten (``reads``)."""
     pool = small_pool(GROUPS, 1.0, 1.0, -(-tokens // 64) + 8, layers=LAYERS, head_dim=D, sink=128, window=256,
                       dtype=torch.bfloat16, device="cuda")
     pool.settings.decode_kernel = decode_kernel
     req_to_token = torch.zeros(4, tokens + 64, dtype=torch.int32, device="cuda")
     runner = NS(device="cuda", req_to_token_pool=NS(req_to_token=req_to_token), token_to_kv_pool=pool,
                 model_config=NS(num_attention_heads=H_KV * GROUP, num_key_value_heads=H_KV))
-    return HSAttnBackend(runner)
+    backend = HSAttnBackend(runner)
+    reads.reads.clear()
+    return backend
 
 
 def layer(i: int):
@@ -124,6 +142,7 @@ def extend(backend, reads, prefix: int, chunk: int, answers=()):
     batch = NS(forward_mode=ForwardMode.EXTEND, req_pool_indices=torch.tensor([1], device="cuda"),
                extend_prefix_lens_cpu=[prefix], extend_seq_lens_cpu=[chunk],
                out_cache_loc=torch.zeros(chunk, dtype=torch.int64, device="cuda"))
+    reads.reads.clear()  # the inputs SGLang hands over
     reads.where = "metadata"
     backend.init_forward_metadata(batch)
     reads.answers = iter(answers)
@@ -134,7 +153,7 @@ def extend(backend, reads, prefix: int, chunk: int, answers=()):
 def test_extend_layers_make_no_host_sync(gpu, prefix, chunk):
     """A cold prompt, a question on a cached prefix, a chunk pruned in flight, a prefix ending inside a block."""
     reads, launches = gpu
-    extend(make_backend(prefix + chunk), reads, prefix, chunk)
+    extend(make_backend(reads, prefix + chunk), reads, prefix, chunk)
     assert [where for where in reads.reads if where != "metadata"] == []
     first, *others = per_layer(launches)
     assert {"write_kernel", "prefill_kernel", "stream_kernel"} <= set(first)
@@ -149,7 +168,7 @@ def test_cuda_prefix_path_reads_the_split_once_per_forward(gpu):
     assert hs_gpu.cuda_prefix_worth(chunk, hs_gpu.CUDA_PREFIX_LONG_KEYS, given=True)
     header = [prefix // 64, 0, 1, 0, 1, 0]  # every full block 2:4, the partial last one dense (triton_prefix_blocks)
     assert len(header) == HEAD
-    extend(make_backend(prefix + chunk), reads, prefix, chunk, answers=header * LAYERS)
+    extend(make_backend(reads, prefix + chunk), reads, prefix, chunk, answers=header * LAYERS)
     assert [where for where in reads.reads if where != "metadata"] == [0] * HEAD * LAYERS
     first, *others = per_layer(launches)
     assert first.count("prefix_blocks_kernel") == LAYERS  # the split of every layer
@@ -165,11 +184,12 @@ def test_decode_step_makes_no_host_sync(gpu, decode_kernel, kernel, graph):
     read at all, the step's metadata included (captured in the graph)."""
     reads, launches = gpu
     lens = [4200, 300, 70]
-    backend = make_backend(max(lens), decode_kernel)
+    backend = make_backend(reads, max(lens), decode_kernel)
     seq_lens = torch.tensor(lens)
     batch = NS(forward_mode=ForwardMode.DECODE, req_pool_indices=torch.tensor([0, 1, 2], device="cuda"),
                seq_lens=seq_lens.to("cuda"), seq_lens_cpu=seq_lens,
                out_cache_loc=torch.zeros(len(lens), dtype=torch.int64, device="cuda"))
+    reads.reads.clear()  # the inputs SGLang hands over
     reads.where = "metadata"
     if graph:
         backend.init_cuda_graph_state(len(lens), len(lens))
@@ -190,13 +210,14 @@ def test_token_placement_makes_no_host_sync(gpu, opens_page):
     from sglang_hs.allocator import HSTokenAllocator
 
     reads, launches = gpu
-    backend = make_backend(4096)
+    backend = make_backend(reads, 4096)
     alloc = HSTokenAllocator(4096, page_size=64, dtype=torch.bfloat16, device="cuda", kvcache=backend.pool,
                              need_sort=False)
     prefix, seq = torch.tensor([0, 64]), torch.tensor([100, 130])
-    out = alloc.alloc_extend(prefix.to("cuda"), prefix, seq.to("cuda"), seq, torch.tensor([-1, 63], device="cuda"),
-                             int((seq - prefix).sum()))
-    seq = seq + (29 if opens_page else 1)  # 129 opens a page
-    step = alloc.alloc_decode(seq.to("cuda"), seq, torch.tensor([127, 200], device="cuda"))
+    step_lens = seq + (29 if opens_page else 1)  # 129 opens a page
+    inputs = [x.to("cuda") for x in (prefix, seq, torch.tensor([-1, 63]), step_lens, torch.tensor([127, 200]))]
+    reads.reads.clear()  # the inputs SGLang hands over
+    out = alloc.alloc_extend(inputs[0], prefix, inputs[1], seq, inputs[2], int((seq - prefix).sum()))
+    step = alloc.alloc_decode(inputs[3], step_lens, inputs[4])
     assert out.shape == (166,) and step.shape == (2,) and reads.reads == []
     assert [name for _, name in launches] == ["alloc_extend_kernel"] + ["alloc_decode_kernel"] * opens_page
