@@ -48,6 +48,8 @@ def _blocking_upload(func, args, kwargs) -> bool:
                 and not kwargs.get("non_blocking"))
     if func is torch.ops.aten.copy_.default:
         return _on_gpu(args[0]) and not _on_gpu(args[1]) and not (args[2:] or [kwargs.get("non_blocking")])[0]
+    if func in (torch.ops.aten.index.Tensor, torch.ops.aten.index_put_.default, torch.ops.aten._index_put_impl_.default):
+        return _on_gpu(args[0]) and any(isinstance(i, torch.Tensor) and not _on_gpu(i) for i in args[1])  # moved there
     return False
 
 
