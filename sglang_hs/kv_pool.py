@@ -82,7 +82,7 @@ class SlotTables:
     (layer ``i``'s slots after layer ``i - 1``'s), index maps ``[layers, num_pages, n_r]`` and free lists
     (``SlotStacks``); each layer's ``LayerStore`` holds views of its share. A page's blocks get slots or give them back,
     and a sequence's blocks are compressed, in all those layers at once: one layer at a time (32 layers), opening a page
-    took some 200 launches, freeing one 700 with 65 host syncs, and a compression a dozen launches a layer."""
+    took some 200 launches, freeing one 700 with 193 host syncs, and a compression a dozen launches a layer."""
 
     def __init__(self, settings: HSSettings, n_r: int, layers: int, num_pages: int, head_dim: int, dtype, device):
         self.settings, self.n_r, self.layers = settings, n_r, layers
