@@ -2,11 +2,13 @@
 ``forward_decode`` on fake CUDA tensors (torch's FakeTensorMode: shapes and dtypes, no data), the GPU's capabilities
 reported as an H100's, and every kernel launch (Triton, and the CUDA libraries' entry points) recorded instead of run.
 
-Any read of a GPU value on the host is a host sync: ``.item()``, ``.tolist()``, ``bool()`` are recorded (answered from
-a script, else 0), a data-dependent shape (``nonzero``, a boolean mask) raises. Checked: the layers of an extend make
-none, except the one read of ``prefix_splits`` at the first layer where the CUDA prefix path may take the chunk; a
-decode step makes none at all (its metadata is captured in CUDA graphs); every layer launches what the others do. The
-kernels themselves are tested on the GPU (tests/test_kernels_gpu_*.py), the CPU path's results elsewhere."""
+Host syncs are recorded: reads of a GPU value (``.item()``, ``.tolist()``, ``bool()``; answered from a script, else 0)
+and blocking uploads (a copy from pageable memory, a GPU tensor indexed with host indices); a data-dependent shape
+(``nonzero``, a boolean mask) raises. Checked: the layers of an extend make none, except the one read of
+``prefix_splits`` at the first layer where the CUDA prefix path may take the chunk; a decode step makes none at all (its
+metadata is captured in CUDA graphs); every layer launches what the others do; the allocator places tokens, and gives
+new pages their slots, with none. The kernels themselves are tested on the GPU (tests/test_kernels_gpu_*.py), the CPU
+path's results elsewhere."""
 
 from types import SimpleNamespace as NS
 
