@@ -23,7 +23,7 @@ from hs_kernels import (BLOCK_SIZE, NO_BLOCK, BlockPool, compress_magnitude, is_
 from sglang.srt.mem_cache.memory_pool import KVCache
 
 from .settings import HSSettings
-from .slot_stack import SlotStack, SlotStacks
+from .slot_stack import SlotStack, SlotStacks, layout_of
 from .stream_window import keep_mask, live_pages, reusable_pages
 
 OPERANDS = ("k", "v")
@@ -143,10 +143,9 @@ class SlotTables:
         chosen = torch.nonzero(chosen).flatten()
         want = torch.bincount(layer_of[chosen], minlength=self.layers).tolist()
         counts = [min(n, stack.free) for n, stack in zip(want, self.sparse_free[op].stacks)]  # pool short: rest dense
-        if counts != want:  # each layer's first counts[l] chosen blocks
-            first = torch.tensor(want, device=rows.device).cumsum(0) - torch.tensor(want, device=rows.device)
-            rank = torch.arange(len(chosen), device=rows.device) - first[layer_of[chosen]]
-            chosen = chosen[rank < torch.tensor(counts, device=rows.device)[layer_of[chosen]]]
+        if counts != want:  # each layer's first counts[l] chosen blocks (chosen runs layer by layer)
+            layer, rank = layout_of(want)
+            chosen = chosen[(rank < torch.tensor(counts)[layer]).to(rows.device)]
         if not chosen.numel():
             return 0
         layer, src = layer_of[chosen], dense[chosen]

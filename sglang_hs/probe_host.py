@@ -16,6 +16,7 @@ torch's)."""
 from __future__ import annotations
 
 import argparse
+import collections
 import cProfile
 import pstats
 import statistics
@@ -145,14 +146,19 @@ def sync(device: str) -> None:
 
 
 class OpCount(TorchDispatchMode):
-    """Counts the aten operations dispatched (kernel launches, allocations, views; not Triton's launches)."""
+    """Counts the aten operations dispatched, by name (kernel launches, allocations, views; not Triton's launches);
+    ``ops``: all of them."""
 
     def __init__(self):
         super().__init__()
-        self.ops = 0
+        self.count = collections.Counter()
+
+    @property
+    def ops(self) -> int:
+        return sum(self.count.values())
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.ops += 1
+        self.count[func.overloadpacket.__name__] += 1
         return func(*args, **(kwargs or {}))
 
 

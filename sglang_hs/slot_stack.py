@@ -65,7 +65,7 @@ class SlotStacks:
                 raise RuntimeError(f"slot pool exhausted: need {n}, {stack.top} free")
         for stack, n in zip(self.stacks, counts):
             stack.top -= n
-        return self.table[self._places(counts)]
+        return self.table[self._places(layout_of(counts))]
 
     def push(self, slots: torch.Tensor, keep: torch.Tensor) -> None:
         """Give each list back its row's ``slots [count, m]`` where ``keep [count, m]``, in order, as each list's
@@ -73,21 +73,23 @@ class SlotStacks:
         counts = keep.sum(1).tolist()
         # the kept slots first in each row (a stable sort keeps their order), then row i's first counts[i] of them
         kept = slots.gather(1, torch.argsort((~keep).to(torch.int8), dim=1, stable=True))
-        rows, within = (_upload(x, slots.device) for x in _layout(counts))
-        self.push_counts(kept[rows, within], counts)
+        layout = layout_of(counts)
+        rows, within = (_upload(x, slots.device) for x in layout)
+        self.push_counts(kept[rows, within], counts, layout)
 
-    def push_counts(self, slots: torch.Tensor, counts: list[int]) -> None:
-        """Give list ``i`` back the next ``counts[i]`` of ``slots``, one list after another, as its ``push`` would."""
+    def push_counts(self, slots: torch.Tensor, counts: list[int], layout=None) -> None:
+        """Give list ``i`` back the next ``counts[i]`` of ``slots``, one list after another, as its ``push`` would
+        (``layout``: ``layout_of(counts)`` where the caller has it)."""
         for stack, n in zip(self.stacks, counts):
             if stack.top + n > stack.capacity:
                 raise RuntimeError(f"slot pool over-freed: {stack.top} + {n} > {stack.capacity}")
-        self.table[self._places(counts)] = slots
+        self.table[self._places(layout or layout_of(counts))] = slots
         for stack, n in zip(self.stacks, counts):
             stack.top += n
 
-    def _places(self, counts: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Table rows and columns of ``counts[i]`` places from list ``i``'s top up, one list after another."""
-        rows, within = _layout(counts)
+    def _places(self, layout: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Table rows and columns of the places ``layout_of(counts)`` lays out from each list's top up."""
+        rows, within = layout
         cols = torch.tensor([stack.top for stack in self.stacks])[rows] + within
         return _upload(rows, self.table.device), _upload(cols, self.table.device)
 
@@ -98,7 +100,7 @@ def _upload(x: torch.Tensor, device: torch.device) -> torch.Tensor:
     return x if device.type == "cpu" else x.pin_memory().to(device, non_blocking=True)
 
 
-def _layout(counts: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+def layout_of(counts: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
     """For ``counts[i]`` items of list ``i``, one list after another: each item's list and place within it (host)."""
     n = torch.tensor(counts, dtype=torch.long)
     rows = torch.repeat_interleave(torch.arange(len(counts)), n)

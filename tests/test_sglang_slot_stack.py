@@ -6,7 +6,6 @@ import collections
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from sglang_hs.slot_stack import SlotStack, SlotStacks
 
@@ -55,27 +54,18 @@ def test_stacks_refuse_to_overdraw_or_overfill_and_change_nothing():
     assert [s.top for s in stacks.stacks] == [4, 4] and stacks.table.tolist() == [[0, 1, 2, 3]] * 2
 
 
-class Ops(TorchDispatchMode):
-    def __init__(self):
-        super().__init__()
-        self.count = collections.Counter()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.count[func.overloadpacket.__name__] += 1
-        return func(*args, **(kwargs or {}))
-
-
 def bookkeeping_ops(layers: int) -> tuple[collections.Counter, collections.Counter]:
+    from sglang_hs.probe_host import OpCount
     from sglang_hs.settings import LayerGroups
     from sglang_hs.testing import small_pool
 
     pool = small_pool(LayerGroups((0, 1), (2,)), 0.5, 0.5, 32, layers=layers)
     pages = torch.tensor([3, 7])
     used = [layer.dense_free[op].used for layer in pool.layers for op in ("k", "v")]
-    with Ops() as alloc:
+    with OpCount() as alloc:
         pool.on_alloc_pages(pages)
     assert all((layer.index[op][pages] >= 0).all() for layer in pool.layers for op in ("k", "v"))
-    with Ops() as free:
+    with OpCount() as free:
         pool.on_free_pages(pages)
     assert all((layer.index[op][pages] < -2**30).all() for layer in pool.layers for op in ("k", "v"))
     assert [layer.dense_free[op].used for layer in pool.layers for op in ("k", "v")] == used
@@ -88,6 +78,7 @@ def test_page_bookkeeping_costs_the_same_for_any_number_of_layers():
 
 
 def compression_ops(layers: int, s: float) -> collections.Counter:
+    from sglang_hs.probe_host import OpCount
     from sglang_hs.settings import LayerGroups
     from sglang_hs.testing import small_pool
 
@@ -99,7 +90,7 @@ def compression_ops(layers: int, s: float) -> collections.Counter:
     for layer in range(layers):
         pool.write(layer, locs, *(torch.randn(len(locs), 3, 64, generator=gen) for _ in range(2)))
     pool.compress_sequence(locs, 600)
-    with Ops() as ops:
+    with OpCount() as ops:
         moved = pool.compress_sequence(locs, len(locs))
     assert moved > 0
     return ops.count
