@@ -114,9 +114,9 @@ class SlotTables:
     def on_free(self, pages: torch.Tensor):
         for op in OPERANDS:
             entries = self.index[op][:, pages].flatten(1)
-            used, slots = entries != NO_BLOCK, slot_of(entries)
-            self.dense_free[op].push(slots, used & ~is_sparse(entries))
-            self.sparse_free[op].push(slots, used & is_sparse(entries))
+            used, sparse, slots = entries != NO_BLOCK, is_sparse(entries), slot_of(entries)
+            self.dense_free[op].push(slots, used & ~sparse)
+            self.sparse_free[op].push(slots, used & sparse)
             self.index[op][:, pages] = NO_BLOCK
 
     def compress(self, op: str, s: float, pages: torch.Tensor, num_tokens: int) -> int:
