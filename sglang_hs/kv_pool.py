@@ -39,6 +39,19 @@ def check(ok: torch.Tensor, message: str) -> None:
         raise RuntimeError(message)
 
 
+def references(sel: torch.Tensor, slots: torch.Tensor, capacity: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """For each row ``r`` of ``sel`` (the entries of row ``r``'s own pool of ``capacity`` slots that are in use, their
+    slots in ``slots``, same shape): how many entries are selected, and whether one slot is referenced twice (a slot
+    past the capacity counts in the first, not in the second). Tensors ``[rows]``, read by the caller once for all."""
+    rows = sel.shape[0]
+    place = torch.arange(rows, device=sel.device).view(-1, *[1] * (sel.dim() - 1)) * capacity + slots
+    place = torch.where(sel & (slots >= 0) & (slots < capacity), place, rows * capacity)  # the last bin: not counted
+    place = place.flatten()
+    refs = torch.zeros(rows * capacity + 1, dtype=torch.int32, device=sel.device)  # not bincount: it syncs for its size
+    refs.scatter_add_(0, place, torch.ones_like(place, dtype=torch.int32))
+    return sel.flatten(1).sum(1), (refs[:-1].view(rows, capacity) > 1).any(1)
+
+
 def head_index(groups, per_group: int, device):
     """Heads ``g * per_group + i`` of ``groups``: a slice when they are contiguous (prepared
     checkpoints put each kind together, so indexing is a view), else an index on ``device``
@@ -387,6 +400,32 @@ class HSKVPool(KVCache):
                     for op, s in sparsities if s > 0.0)
         self.blocks_compressed += moved
         return moved
+
+    def slot_problems(self) -> list[str]:
+        """Slot accounting problems: empty when every used slot (each layer's dense and 2:4 block slots per operand,
+        the stream slots) is referenced exactly once by an index map entry. All layers at once, one host read."""
+        names, used, counts, twice = [], [], [], []
+
+        def add(rows: list[str], stacks: list[SlotStack], sel: torch.Tensor, slots: torch.Tensor):
+            n, dup = references(sel, slots, stacks[0].capacity)
+            names.extend(rows)
+            used.extend(stack.used for stack in stacks)
+            counts.append(n)
+            twice.append(dup)
+
+        for n_r, tables in self.tables.items():
+            position = [i for i, layer in enumerate(self.layers) if layer.n_r == n_r]  # the tables' rows, in order
+            for op in OPERANDS:
+                entries = tables.index[op]
+                taken = entries != NO_BLOCK
+                sparse = taken & is_sparse(entries)
+                for kind, sel, free in (("dense", taken & ~sparse, tables.dense_free[op]),
+                                        ("sparse", sparse, tables.sparse_free[op])):
+                    add([f"layer {i} {op} {kind}" for i in position], free.stacks, sel, slot_of(entries))
+        add(["stream"], [self.stream_free], (self.stream_index != NO_BLOCK)[None], self.stream_index[None])
+        read = torch.cat([torch.cat(counts), torch.cat(twice).long()]).tolist()
+        problems = [f"{name}: {n} referenced, {u} used" for name, n, u in zip(names, read, used) if n != u]
+        return problems + [f"{name}: a slot is referenced twice" for name, dup in zip(names, read[len(names):]) if dup]
 
     def layer(self, layer_id: int) -> LayerStore:
         return self.layers[layer_id - self.start_layer]

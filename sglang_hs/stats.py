@@ -14,8 +14,7 @@ import tempfile
 import time
 
 import hs_kernels
-import torch
-from hs_kernels import NO_BLOCK, is_sparse
+from hs_kernels import NO_BLOCK
 
 from .metrics import HSMetrics, metrics_enabled
 
@@ -75,7 +74,7 @@ class HSStats:
             out["pages_in_use"] = self.pages_in_use()
             out["head_dim"] = self.pool.head_dim
             out["value_bytes"] = self.pool.layers[0].pools["k"].dense.element_size()
-            out["slot_problems"] = self.check_slots()
+            out["slot_problems"] = self.pool.slot_problems()
             out["settings"] = self.pool.settings.summary()
         if self.cache is not None:
             out["tree_tokens"] = self.cache.total_size()
@@ -96,27 +95,6 @@ class HSStats:
             if layer.n_r:
                 return int((layer.index["k"][1:, 0] != NO_BLOCK).sum())
         return -1
-
-    def check_slots(self) -> list[str]:
-        """Slot accounting problems (empty when every used slot is referenced exactly once)."""
-        problems = []
-        for i, layer in enumerate(self.pool.layers):
-            for op in ("k", "v"):
-                entries = layer.index[op].reshape(-1)
-                entries = entries[entries != NO_BLOCK]
-                sparse = is_sparse(entries)
-                for kind, sel, stack in (("dense", ~sparse, layer.dense_free[op]), ("sparse", sparse, layer.sparse_free[op])):
-                    referenced = entries[sel]
-                    if referenced.numel() != stack.used:
-                        problems.append(f"layer {i} {op} {kind}: {referenced.numel()} referenced, {stack.used} used")
-                    if torch.unique(referenced).numel() != referenced.numel():
-                        problems.append(f"layer {i} {op} {kind}: a slot is referenced twice")
-        stream = self.pool.stream_index[self.pool.stream_index != NO_BLOCK]
-        if stream.numel() != self.pool.stream_free.used:
-            problems.append(f"stream: {stream.numel()} referenced, {self.pool.stream_free.used} used")
-        if torch.unique(stream).numel() != stream.numel():
-            problems.append("stream: a slot is referenced twice")
-        return problems
 
     def on_idle(self):
         """The scheduler is idle (deferred frees done): publish what changed."""
