@@ -417,11 +417,11 @@ class HSKVPool(KVCache):
             position = [i for i, layer in enumerate(self.layers) if layer.n_r == n_r]  # the tables' rows, in order
             for op in OPERANDS:
                 entries = tables.index[op]
-                taken = entries != NO_BLOCK
+                taken, slots = entries != NO_BLOCK, slot_of(entries)
                 sparse = taken & is_sparse(entries)
                 for kind, sel, free in (("dense", taken & ~sparse, tables.dense_free[op]),
                                         ("sparse", sparse, tables.sparse_free[op])):
-                    add([f"layer {i} {op} {kind}" for i in position], free.stacks, sel, slot_of(entries))
+                    add([f"layer {i} {op} {kind}" for i in position], free.stacks, sel, slots)
         add(["stream"], [self.stream_free], (self.stream_index != NO_BLOCK)[None], self.stream_index[None])
         read = torch.cat([torch.cat(counts), torch.cat(twice).long()]).tolist()
         problems = [f"{name}: {n} referenced, {u} used" for name, n, u in zip(names, read, used) if n != u]
