@@ -5,7 +5,8 @@
 The backend and pool the server runs (the recipe's sparsity, sink and window; half the KV groups of every layer
 retrieval groups) hold one sequence: a ``--prefix``-token prefix written and compressed as the radix cache leaves it.
 Timed, median of ``--repeats``: the pool's bookkeeping for all layers (the compression of the prefix's next block,
-as a decode step does when a page fills; a page opened and freed), a cached question of ``--question`` tokens
+as a decode step does when a page fills; a page opened and freed; the stats' snapshot, published when the scheduler
+goes idle after a request, before it takes the next), a cached question of ``--question`` tokens
 (``init_forward_metadata``, then every layer's ``forward_extend``) and one eager decode step after it; beside each, the
 aten operations of one run. "host" is the wall clock until the last layer returns (the host's work of queueing the
 step), "total" until the GPU has finished. A floor for any backend: per layer the same new K/V stored into a flat cache
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import collections
 import cProfile
+import os
 import pstats
 import statistics
 import time
@@ -31,6 +33,7 @@ from sglang.srt.model_executor.forward_batch_info import ForwardMode
 from .backend import HSAttnBackend
 from .kv_pool import HSKVPool
 from .settings import HSSettings, LayerGroups, load_recipe
+from .stats import HSStats
 
 ROW = 1  # the sequence's row of req_to_token
 CHUNK = 1024  # tokens per prefill chunk while the prefix is written
@@ -107,6 +110,9 @@ def steps(args, backend: HSAttnBackend, locs: torch.Tensor) -> dict:
         done[0] = min(done[0] + BLOCK_SIZE, p)
         pool.compress_sequence(locs[:done[0]], done[0])
 
+    stats = HSStats(path=os.devnull)
+    stats.attach(pool, None)
+
     def open_and_free_page():
         pool.on_alloc_pages(spare)
         pool.on_free_pages(spare)
@@ -136,6 +142,7 @@ def steps(args, backend: HSAttnBackend, locs: torch.Tensor) -> dict:
         return run
 
     return {"compression, next block": compress_next_block, "page opened and freed": open_and_free_page,
+            "stats snapshot": stats.snapshot,
             "question, hs": hs_question, "question, floor": floor(t, q, k, v, p + t),
             "decode step, hs": hs_decode, "decode step, floor": floor(1, q1, k1, v1, p + t + 1)}
 

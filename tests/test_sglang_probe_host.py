@@ -1,5 +1,5 @@
 """The host-time probe's harness on CPU (the reference path, a small model): it builds the pool with its prefix
-compressed, times the four steps and prints one row each; on the GPU it is run through the device tool."""
+compressed, times the steps and prints one row each; on the GPU it is run through the device tool."""
 
 import re
 
@@ -15,7 +15,7 @@ def test_probe_times_every_step_on_a_compressed_prefix(capsys):
                      "--head-dim", "64", "--repeats", "2", "--profile", "1"])
     out = capsys.readouterr().out
     rows = re.findall(r"^\| ([a-z ,]+) \| ([\d.]+) \| ([\d.]+) \| \d+ \| (\d+) \|$", out, re.M)
-    assert [step for step, *_ in rows] == ["compression, next block", "page opened and freed", "question, hs",
+    assert [step for step, *_ in rows] == ["compression, next block", "page opened and freed", "stats snapshot", "question, hs",
                                            "question, floor", "decode step, hs", "decode step, floor"]
     assert all(0 < float(host) <= float(total) and int(ops) > 0 for _, host, total, ops in rows)
     assert "forward_extend" in out  # the profile's table

@@ -19,7 +19,7 @@ head -20 $OUT/profile/r1-*-profile-hs-cached.md 2>/dev/null
 # && cp sglang_hs/probe_host.py .dev/s31-before/sglang_hs/)
 timeout 120 python -m sglang_hs.probe_host --profile 5 > $OUT/probe_host.txt 2>&1
 if [ -d .dev/s31-before ]; then
-  PYTHONPATH=$PWD/.dev/s31-before:$PYTHONPATH timeout 120 python -m sglang_hs.probe_host > $OUT/probe_host_before.txt 2>&1
+  (cd .dev/s31-before && timeout 120 python -m sglang_hs.probe_host > $OUT/probe_host_before.txt 2>&1)  # python -m puts the cwd first
   echo "before (6a5056e):"; tail -8 $OUT/probe_host_before.txt
 fi
 echo "now:"; tail -8 $OUT/probe_host.txt

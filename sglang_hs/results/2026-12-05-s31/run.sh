@@ -9,7 +9,7 @@ date -u +"start %F %T UTC"; nvidia-smi --query-gpu=name --format=csv,noheader
 F="--contexts 4096 --batches 1 --output-tokens 16 --prefix 4096 --questions 3 --question-tokens 64"
 RUN_TIMEOUT=200 bash scripts/e2e_ab.sh $OUT/e2e . stock -- $F -- --cuda-graph-max-bs-decode 16
 timeout 150 python -m sglang_hs.probe_host --profile 5 > $OUT/probe_host.txt 2>&1
-PYTHONPATH=$PWD/.dev/s31-before:$PYTHONPATH timeout 100 python -m sglang_hs.probe_host > $OUT/probe_host_before.txt 2>&1
+(cd .dev/s31-before && timeout 100 python -m sglang_hs.probe_host > $OUT/probe_host_before.txt 2>&1)  # its own cwd: python -m puts the cwd first
 echo "before (6a5056e):"; tail -8 $OUT/probe_host_before.txt
 echo "now:"; grep -A8 "^| step" $OUT/probe_host.txt
 echo "elapsed $SECONDS s"
