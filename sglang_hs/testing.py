@@ -125,7 +125,8 @@ def small_pool(groups, s_k: float, s_v: float, pages: int, dense_reserve: float 
                head_dim: int = 64, sink: int = 64, window: int = 128, auto_reserve_pages: int = 0,
                dtype=None, device: str = "cpu"):
     """An ``HSKVPool`` (default float32 on CPU; page 64, stream checkpoint 256) for unit tests: every layer
-    split as ``groups`` (``LayerGroups``), the same sparsity for prefill and decode."""
+    split as ``groups`` (``LayerGroups``; a list: one per layer, ``layers`` ignored), the same sparsity for prefill and
+    decode."""
     import torch
     from hs_kernels import SparsityConfig
 
@@ -133,11 +134,12 @@ def small_pool(groups, s_k: float, s_v: float, pages: int, dense_reserve: float 
     from .settings import HSSettings
 
     cfg = SparsityConfig(s_k, s_v, sink, window)
-    h_kv = len(groups.retrieval) + len(groups.streaming)
+    per_layer = groups if isinstance(groups, list) else [groups] * layers
+    h_kv = len(per_layer[0].retrieval) + len(per_layer[0].streaming)
     settings = HSSettings(prefill=cfg, decode=cfg, sink_tokens=sink, window_tokens=window, dense_reserve=dense_reserve,
-                          recipe="test", stream_checkpoint=256, layers=[groups] * layers, num_kv_heads=h_kv,
+                          recipe="test", stream_checkpoint=256, layers=per_layer, num_kv_heads=h_kv,
                           auto_reserve_pages=auto_reserve_pages)
-    return HSKVPool(pages * 64, 64, dtype or torch.float32, h_kv, head_dim, layers, device, settings)
+    return HSKVPool(pages * 64, 64, dtype or torch.float32, h_kv, head_dim, len(per_layer), device, settings)
 
 
 def flush_cache(engine, timeout_s: float = 60.0) -> None:

@@ -98,17 +98,9 @@ def test_head_index_is_a_slice_when_contiguous():
 def test_layers_with_different_retrieval_groups_compress_each_to_the_pruner():
     """Layers whose retrieval groups differ in number (4, 1, none, 3) are compressed together, each block to its own
     layer's pool and index map (the batched selection slices every layer's share out of one list)."""
-    from hs_kernels import SparsityConfig
-
-    from sglang_hs.kv_pool import HSKVPool
-    from sglang_hs.settings import HSSettings
-
     groups = [LayerGroups((0, 1, 2, 3), ()), LayerGroups((2,), (0, 1, 3)), LayerGroups((), (0, 1, 2, 3)),
               LayerGroups((0, 1, 3), (2,))]
-    cfg = SparsityConfig(1.0, 1.0, SINK, WINDOW)
-    settings = HSSettings(prefill=cfg, decode=cfg, sink_tokens=SINK, window_tokens=WINDOW, dense_reserve=1.0, recipe="test",
-                          stream_checkpoint=256, layers=groups, num_kv_heads=H_KV, auto_reserve_pages=0)
-    pool = HSKVPool(40 * 64, 64, torch.float32, H_KV, D, len(groups), "cpu", settings)
+    pool = small_pool(groups, 1.0, 1.0, 40, dense_reserve=1.0, head_dim=D, sink=SINK, window=WINDOW)
     gen = torch.Generator().manual_seed(11)
     n = 1500
     locs, kv = fill(pool, n, gen)

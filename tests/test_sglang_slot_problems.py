@@ -8,10 +8,11 @@ import torch
 
 pytest.importorskip("sglang")
 
-from hs_kernels import BLOCK_SIZE, NO_BLOCK, SparsityConfig  # noqa: E402
+from hs_kernels import BLOCK_SIZE, NO_BLOCK  # noqa: E402
 from sglang_hs.kv_pool import HSKVPool  # noqa: E402
 from sglang_hs.probe_host import OpCount  # noqa: E402
-from sglang_hs.settings import HSSettings, LayerGroups  # noqa: E402
+from sglang_hs.settings import LayerGroups  # noqa: E402
+from sglang_hs.testing import small_pool  # noqa: E402
 
 H_KV, D = 4, 64
 # retrieval counts 4, 1, none, 3 and 1 again: two layers share the one-group tables, at rows 0 and 1
@@ -20,10 +21,7 @@ MIXED = [LayerGroups((0, 1, 2, 3), ()), LayerGroups((2,), (0, 1, 3)), LayerGroup
 
 
 def mixed_pool(layers=MIXED, pages=40) -> HSKVPool:
-    cfg = SparsityConfig(1.0, 1.0, 64, 128)
-    settings = HSSettings(prefill=cfg, decode=cfg, sink_tokens=64, window_tokens=128, dense_reserve=1.0, recipe="test",
-                          stream_checkpoint=256, layers=list(layers), num_kv_heads=H_KV, auto_reserve_pages=0)
-    return HSKVPool(pages * BLOCK_SIZE, BLOCK_SIZE, torch.float32, H_KV, D, len(layers), "cpu", settings)
+    return small_pool(list(layers), 1.0, 1.0, pages, dense_reserve=1.0, head_dim=D)
 
 
 def used_pool(layers=MIXED) -> tuple[HSKVPool, torch.Tensor]:
