@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import sys
 
 from .settings import ENV_ARGS, FLAGS, HSConfigError, split_hs_flags
@@ -49,6 +50,18 @@ def add_stats_route() -> None:
         app.add_api_route("/hs/stats", lambda: read_published(), methods=["GET"])
 
 
+def check_port_free(host: str, port: int) -> None:
+    """uvicorn binds the HTTP port only once the model is loaded; if it is taken then, SGLang's start-up check polls
+    whatever listens there for minutes before killing the server. Refuse at once instead."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does: a closed socket's port is free
+        try:
+            s.bind((host, port))
+        except OSError as e:
+            raise HSConfigError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+
+
 def prepare(argv: list[str]):
     """Parse and check everything; return SGLang ServerArgs (raises HSConfigError)."""
     hs_args, rest = split_hs_flags(argv)
@@ -56,7 +69,9 @@ def prepare(argv: list[str]):
     load_and_verify_plugin()
     from sglang.srt.server_args import prepare_server_args
 
-    return prepare_server_args(with_defaults(rest))
+    server_args = prepare_server_args(with_defaults(rest))
+    check_port_free(server_args.host, server_args.port)
+    return server_args
 
 
 def main(argv: list[str] | None = None) -> int:

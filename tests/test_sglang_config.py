@@ -323,3 +323,17 @@ def test_a_gpu_server_without_nvcc_is_told_its_cuda_kernels_are_off(monkeypatch,
     with caplog.at_level(logging.WARNING, logger="sglang_hs"):
         backend._prepare_kernels(4)  # what a GPU server runs at start
     assert (NO_NVCC in caplog.text) == (found is None)
+
+
+@pytest.mark.slow
+def test_launcher_refuses_a_port_in_use_at_once(prepared):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        cmd = [sys.executable, "-m", "sglang_hs.launch_server", "--model-path", prepared, "--device", "cpu",
+               "--port", str(taken.getsockname()[1])]
+        r = subprocess.run(cmd, env=cpu_env(), capture_output=True, text=True, timeout=300)
+    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("sglang_hs: error:")]
+    assert r.returncode == 2 and len(lines) == 1 and "cannot listen on 127.0.0.1:" in lines[0], r.stderr[-2000:]

@@ -232,11 +232,10 @@ class Server:
         env = cpu_env() if device == "cpu" else dict(os.environ)
         env.setdefault("SGLANG_HS_STATS_FILE", str(Path(log_path).with_suffix(".stats.json")))
         self.process = ServerProcess(args, env, str(log_path), start_timeout)
-        self.url = self.process.base
 
     def __enter__(self) -> "Server":
         try:
-            self.process.__enter__()
+            self.url = self.process.__enter__().base
         except RuntimeError as e:
             raise EvalError(str(e)) from None
         return self
