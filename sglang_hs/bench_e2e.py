@@ -36,6 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from .server_process import ServerProcess, call, flush_cache
+from .stats import PUBLISH_QUIET_S
 from .trace_summary import summarize
 
 LLAMA_31_8B = {
@@ -157,6 +158,7 @@ def kv_info(url: str, engine: str, config: dict, value_bytes: int) -> dict:
         d = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
         out["kv_bytes_per_token"] = 2 * config["num_hidden_layers"] * config["num_key_value_heads"] * d * value_bytes
         return out
+    time.sleep(PUBLISH_QUIET_S + 0.5)  # the scheduler publishes once it has been idle that long
     stats = call(url + "/hs/stats", timeout=60)[1]
     out["hs_stats"] = stats
     if capacity and isinstance(stats, dict) and "pool_bytes" in stats:

@@ -272,7 +272,9 @@ def _prefill_graph_capture(original, runner, *args, **kwargs):
         backend.capturing_prefill = False
 
 
-def _on_idle(result, scheduler, *args, **kwargs):
+def _on_idle(scheduler, *args, **kwargs):
+    """Before SGLang's idle housekeeping, which may sleep until a request comes (--sleep-on-idle): a publish after it
+    would delay that request."""
     stats = getattr(getattr(scheduler, "tree_cache", None), "stats", None)
     if stats is not None:
         stats.on_idle()
@@ -323,7 +325,7 @@ def register() -> None:
                           _cell_size, HookType.AROUND)
     HookRegistry.register("sglang.srt.model_executor.pool_configurator.DefaultPoolConfigurator.calculate_pool_sizes",
                           _pool_sizes, HookType.AROUND)
-    HookRegistry.register("sglang.srt.managers.scheduler.Scheduler.on_idle", _on_idle, HookType.AFTER)
+    HookRegistry.register("sglang.srt.managers.scheduler.Scheduler.on_idle", _on_idle, HookType.BEFORE)
     HookRegistry.register("sglang.srt.managers.scheduler.Scheduler._apply_war_barrier", _whole_forward_barrier,
                           HookType.AROUND)
     HookRegistry.register("sglang.srt.managers.scheduler.Scheduler.get_next_batch_to_run", _register_formed_windows,

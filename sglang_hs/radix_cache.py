@@ -113,7 +113,7 @@ class HSRadixCache(RadixCache):
             finally:
                 self._internal_match = False
             self._pin_prompt_end(req, len(fill))
-        self.stats.dirty = True
+        self.stats.changed()
         if self._deferred is not None:
             self._deferred.append((req.req_pool_idx, len(fill)))
             return
@@ -132,14 +132,14 @@ class HSRadixCache(RadixCache):
         else:
             self.pool.release_window(req.req_pool_idx)
         super().cache_finished_req(req, is_insert, kv_len_to_handle=kv_len_to_handle)
-        self.stats.dirty = True  # published when the scheduler is idle (after SGLang's deferred frees)
+        self.stats.changed()  # published when the scheduler is idle (after SGLang's deferred frees)
 
     def evict(self, params):
         result = super().evict(params)
-        self.stats.dirty = True
+        self.stats.changed()
         return result
 
     def reset(self):
         super().reset()
         if hasattr(self, "stats"):
-            self.stats.dirty = True
+            self.stats.changed()

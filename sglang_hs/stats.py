@@ -21,6 +21,7 @@ from .metrics import HSMetrics, metrics_enabled
 logger = logging.getLogger("sglang_hs")
 
 ENV_STATS_FILE = "SGLANG_HS_STATS_FILE"
+PUBLISH_QUIET_S = 0.25  # idle this long with nothing changed before the stats are published
 
 
 def stats_file() -> str:
@@ -40,7 +41,7 @@ class HSStats:
         self.pool = self.cache = None
         self.prefix_queries = self.prefix_query_tokens = self.prefix_hit_tokens = 0
         self.prefix_cut_backs = 0  # matches shortened to a stored streaming window
-        self._last_log = 0.0
+        self._last_log = self._last_publish = self._changed_at = 0.0
         self.dirty = True  # something changed since the last publish
         self.metrics = None  # HSMetrics, made on first publish if SGLang's metrics are on
 
@@ -96,17 +97,24 @@ class HSStats:
                 return int((layer.index["k"][1:, 0] != NO_BLOCK).sum())
         return -1
 
-    def on_idle(self):
-        """The scheduler is idle (deferred frees done): publish what changed."""
-        if self.dirty:
-            self.maybe_publish(force=True)
+    def changed(self):
+        self.dirty, self._changed_at = True, time.monotonic()
 
-    def maybe_publish(self, force: bool = False):
+    def on_idle(self):
+        """The scheduler is idle (SGLang calls this on every pass of its loop then, at least once a second): publish
+        what changed once nothing has for ``PUBLISH_QUIET_S``, so that a client's next request, sent as its last
+        answer ends, does not wait behind the snapshot."""
+        if self.dirty and time.monotonic() - self._changed_at >= PUBLISH_QUIET_S:
+            self.publish()
+
+    def maybe_publish(self):
+        """While the scheduler is busy (it may never go idle under load): at most once a second."""
+        if time.monotonic() - self._last_publish >= 1.0:
+            self.publish()
+
+    def publish(self):
         now = time.monotonic()
-        self.dirty = True
-        if not force and now - self._last_log < 1.0:
-            return
-        self.dirty = False
+        self.dirty, self._last_publish = False, now
         snap = self.snapshot()
         tmp = f"{self.path}.tmp{os.getpid()}"
         with open(tmp, "w") as f:
@@ -118,7 +126,7 @@ class HSStats:
             self.metrics.update(snap)
         if now - self._last_log >= self.log_interval_s:
             logger.info("hs stats: %s", {k: v for k, v in snap.items() if k not in ("settings", "code")})
-        self._last_log = now
+            self._last_log = now
 
 
 def read_published(path: str | None = None) -> dict:
