@@ -142,8 +142,7 @@ class HSAttnBackend(AttentionBackend):
         """A sequence whose last page just filled compresses what left its window and gives back streaming pages no
         query can see; one whose prefill was the last forward compresses its prompt as the radix cache will once the
         prefill's results are processed (with the first output token counted), so that cached and cold prompts decode
-        alike wherever those results come after this step's launch (the plugin processes them first where it can, and
-        ``compress_row``'s memo then makes this call free). Host work, outside any CUDA
+        alike: under the overlap scheduler those results come after this step's launch. Host work, outside any CUDA
         graph; the rows are read from the GPU only on such steps."""
         lens = forward_batch.seq_lens_cpu.tolist()
         prefilled, self._prefilled = self._prefilled, {}
@@ -153,8 +152,10 @@ class HSAttnBackend(AttentionBackend):
         req_to_token = self.req_to_token_pool.req_to_token
         for row, n, page_filled in zip(forward_batch.req_pool_indices.tolist(), lens, filled):
             if prefilled.get(row) == n - 1:
+                # no trim: the radix cache pins the window before the prompt's last page when it processes the
+                # prefill's results, then trims; a trim here, first, would drop that window
                 self.pool.compress_row(row, req_to_token[row, :n].long(), n)
-            if page_filled:
+            elif page_filled:
                 done = n - 1  # tokens stored before this step's token
                 locs = req_to_token[row, :done].long()
                 self.pool.compress_row(row, locs, done)

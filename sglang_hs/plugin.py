@@ -248,17 +248,6 @@ def _outputs_before_pool_work(original, scheduler, batch, result, *args, **kwarg
         return original(scheduler, batch, result, *args, **kwargs)
 
 
-def _first_tokens_before_decode(original, scheduler, batch, last_batch=None):
-    """Under the overlap scheduler, the decode step right after an hs prefill is launched once the prefill's results are
-    processed (first tokens sent, then the prompts compressed), as SGLang does for consecutive prefills: launched
-    first, its own compression of the prompts (``_decode_bookkeeping``: host syncs on the prefill in flight) would
-    come before the first tokens."""
-    if original(scheduler, batch, last_batch=last_batch):
-        return True
-    return bool(_active(scheduler.server_args) and batch and last_batch and batch.forward_mode.is_decode()
-                and last_batch.forward_mode.is_extend())
-
-
 def _prefill_graph_capture(original, runner, *args, **kwargs):
     """SGLang's prefill graph capture runs the attention of dummy requests (eagerly, at each break): the hs backend
     is told, so that they leave the pool's bookkeeping alone."""
@@ -332,8 +321,6 @@ def register() -> None:
                           HookType.AFTER)
     HookRegistry.register("sglang.srt.managers.scheduler.Scheduler.process_batch_result", _outputs_before_pool_work,
                           HookType.AROUND)
-    HookRegistry.register("sglang.srt.managers.scheduler.Scheduler.is_disable_overlap_for_batch",
-                          _first_tokens_before_decode, HookType.AROUND)
     HookRegistry.register("sglang.srt.model_executor.runner.prefill_cuda_graph_runner.PrefillCudaGraphRunner.capture",
                           _prefill_graph_capture, HookType.AROUND)
     HookRegistry.register("sglang.srt.utils.common.support_triton", _support_triton, HookType.AROUND)

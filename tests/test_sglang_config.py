@@ -263,36 +263,6 @@ def test_models_fused_kv_write_is_off_under_hs(monkeypatch, backend, pool_asked)
     assert got is False and len(asked) == pool_asked  # off the GPU SGLang says False too, after asking the pool
 
 
-@pytest.mark.parametrize("backend, last, now, env, expect", [
-    ("hs", "extend", "decode", "0", True),  # the decode step after an hs prefill waits for the prefill's results
-    ("hs", "decode", "decode", "0", False),
-    ("hs", "extend", "extend", "0", False),  # consecutive prefills: SGLang's own switch decides
-    ("hs", "extend", "extend", "1", True),
-    ("triton", "extend", "decode", "0", False),  # other backends keep SGLang's answer
-])
-def test_the_decode_step_after_an_hs_prefill_is_not_overlapped_with_it(monkeypatch, backend, last, now, env, expect):
-    """Through the registered hook on SGLang's real ``Scheduler.is_disable_overlap_for_batch``."""
-    from types import SimpleNamespace
-
-    from sglang.srt.managers.scheduler import Scheduler
-    from sglang.srt.plugins.hook_registry import HookRegistry
-
-    from sglang_hs import plugin
-
-    plugin.register()
-    HookRegistry.apply_hooks()
-    monkeypatch.setenv(plugin.CONSECUTIVE_PREFILL_OVERLAP, env)
-
-    def batch(mode):
-        return SimpleNamespace(forward_mode=SimpleNamespace(is_extend=lambda: mode == "extend",
-                                                            is_decode=lambda: mode == "decode"),
-                               spec_algorithm=SimpleNamespace(is_none=lambda: True))
-
-    scheduler = SimpleNamespace(server_args=SimpleNamespace(attention_backend=backend), require_mlp_sync=False,
-                                result_queue=[])
-    assert Scheduler.is_disable_overlap_for_batch(scheduler, batch(now), last_batch=batch(last)) is expect
-
-
 @pytest.mark.parametrize("head_dim, dtype, group, named", [
     (128, "bfloat16", 4, None), (64, "float16", 3, None), (256, "bfloat16", 64, None), (96, "bfloat16", 4, "head_dim 96"),
     (128, "float32", 4, "torch.float32"), (128, "bfloat16", 128, "128 query heads")])

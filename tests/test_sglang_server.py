@@ -102,6 +102,43 @@ def test_long_decode_trims_streaming_pages(server):
     assert not log.exists(), log.read_text()
 
 
+def test_requests_done_at_their_first_token_while_another_decodes(server):
+    """A request that ends at its first token (max_new_tokens 1 here; an end-of-sequence token likewise) frees its pages
+    while the decode batch formed with it is launched; the server survives it (it once crashed: "streaming KV of a
+    trimmed page was needed"), and the decoding request is not disturbed."""
+    base, log = server
+    ids = [10 + (7 * i) % 480 for i in range(300)]
+    with ThreadPoolExecutor(1) as pool:
+        long = pool.submit(call, base + "/generate", {"input_ids": ids, "sampling_params": {
+            "max_new_tokens": 400, "temperature": 0, "ignore_eos": True}})
+        time.sleep(0.3)
+        short = [call(base + "/generate", {"input_ids": [20 + i + (11 * j) % 400 for j in range(70)],
+                                           "sampling_params": {"max_new_tokens": 1, "temperature": 0}}) for i in range(8)]
+        status, body = long.result()
+    assert all(s == 200 and len(b["output_ids"]) == 1 for s, b in short), short
+    assert status == 200 and len(body["output_ids"]) == 400
+    flush_cache(base)  # the same request alone, cold again
+    alone = call(base + "/generate", {"input_ids": ids, "sampling_params": {"max_new_tokens": 400, "temperature": 0,
+                                                                            "ignore_eos": True}})[1]
+    assert alone["output_ids"] == body["output_ids"]
+    assert idle_stats(base)["slot_problems"] == [] and not log.exists()
+
+
+def test_a_question_filling_its_last_page_reuses_the_whole_cached_prefix(server):
+    """A 512-token prefix (not a checkpoint) and 64-token questions: each prompt ends at a page boundary. The window
+    before the prompt's last page is pinned when the prefill's results are processed; the next decode step, launched
+    before that, once trimmed it first, and every later question reused only the sink (128 of 512 tokens)."""
+    base, _ = server
+    prefix = [11 + (13 * i) % 470 for i in range(512)]
+    cached = []
+    for q in range(3):
+        status, body = call(base + "/generate", {"input_ids": prefix + [30 + q] * 64,
+                                                 "sampling_params": {"max_new_tokens": 2, "temperature": 0}})
+        assert status == 200
+        cached.append(body["meta_info"]["cached_tokens"])
+    assert cached[1:] == [512, 512], cached
+
+
 def test_too_long_request_is_refused_and_server_stays_up(server):
     base, _ = server
     status, body = generate(base, "x" * 3000)
