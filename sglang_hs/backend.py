@@ -142,8 +142,9 @@ class HSAttnBackend(AttentionBackend):
         """A sequence whose last page just filled compresses what left its window and gives back streaming pages no
         query can see; one whose prefill was the last forward compresses its prompt as the radix cache will once the
         prefill's results are processed (with the first output token counted), so that cached and cold prompts decode
-        alike: under the overlap scheduler those results come after this step's launch. Host work, outside any CUDA
-        graph; the rows are read from the GPU only on such steps."""
+        alike wherever those results come after this step's launch (the plugin processes them first where it can, and
+        ``compress_row``'s memo then makes this call free). Host work, outside any CUDA graph; the rows are read from
+        the GPU only on such steps."""
         lens = forward_batch.seq_lens_cpu.tolist()
         prefilled, self._prefilled = self._prefilled, {}
         filled = [n - 1 >= BLOCK_SIZE and (n - 1) % BLOCK_SIZE == 0 for n in lens]
@@ -153,7 +154,8 @@ class HSAttnBackend(AttentionBackend):
         for row, n, page_filled in zip(forward_batch.req_pool_indices.tolist(), lens, filled):
             if prefilled.get(row) == n - 1:
                 # no trim: the radix cache pins the window before the prompt's last page when it processes the
-                # prefill's results, then trims; a trim here, first, would drop that window
+                # prefill's results, then trims; were those results to come after this launch, a trim here would
+                # drop that window
                 self.pool.compress_row(row, req_to_token[row, :n].long(), n)
             elif page_filled:
                 done = n - 1  # tokens stored before this step's token

@@ -248,6 +248,42 @@ def _outputs_before_pool_work(original, scheduler, batch, result, *args, **kwarg
         return original(scheduler, batch, result, *args, **kwargs)
 
 
+def _first_tokens_before_decode(original, scheduler, batch, last_batch=None):
+    """Under the overlap scheduler, the decode step right after an hs prefill is launched once the prefill's results
+    are processed (first tokens sent, prompt-end windows pinned, prompts compressed), as SGLang does for consecutive
+    prefills: launched first, its own compression of the prompts (host syncs on the prefill in flight) came before
+    the first tokens. The prefill's batch object may be the decode batch by now (SGLang runs it on in decode mode when
+    nothing else runs), so the copy queued with its result says whether it was a prefill. Requests that finish in that
+    processing are still in the decode batch: their release waits for its launch (``_release_held``)."""
+    if original(scheduler, batch, last_batch=last_batch):
+        return True
+    pending = getattr(scheduler, "result_queue", None)
+    if not (_active(scheduler.server_args) and scheduler.server_args.disaggregation_mode == "null" and batch
+            and batch.forward_mode.is_decode() and pending and pending[0][0].forward_mode.is_extend()):
+        return False
+    scheduler.tree_cache.held_releases = []
+    return True
+
+
+def _hold_release(original, req, tree_cache, *args, **kwargs):
+    held = getattr(tree_cache, "held_releases", None)
+    if held is None:
+        return original(req, tree_cache, *args, **kwargs)
+    held.append((req, args, kwargs))
+
+
+def _release_held(result, scheduler, *args, **kwargs):
+    """Right after a launch: the releases held while the previous prefill's results were processed."""
+    from sglang.srt.mem_cache import common
+
+    cache = getattr(scheduler, "tree_cache", None)
+    held = getattr(cache, "held_releases", None)
+    if held is not None:
+        cache.held_releases = None
+        for req, a, kw in held:
+            common.release_kv_cache(req, cache, *a, **kw)
+
+
 def _prefill_graph_capture(original, runner, *args, **kwargs):
     """SGLang's prefill graph capture runs the attention of dummy requests (eagerly, at each break): the hs backend
     is told, so that they leave the pool's bookkeeping alone."""
@@ -317,6 +353,11 @@ def register() -> None:
     HookRegistry.register("sglang.srt.managers.scheduler.Scheduler.on_idle", _on_idle, HookType.BEFORE)
     HookRegistry.register("sglang.srt.managers.scheduler.Scheduler._apply_war_barrier", _whole_forward_barrier,
                           HookType.AROUND)
+    HookRegistry.register("sglang.srt.managers.scheduler.Scheduler._apply_war_barrier", _release_held, HookType.AFTER)
+    HookRegistry.register("sglang.srt.managers.scheduler.Scheduler.is_disable_overlap_for_batch",
+                          _first_tokens_before_decode, HookType.AROUND)
+    HookRegistry.register("sglang.srt.managers.scheduler_components.batch_result_processor.release_kv_cache",
+                          _hold_release, HookType.AROUND)
     HookRegistry.register("sglang.srt.managers.scheduler.Scheduler.get_next_batch_to_run", _register_formed_windows,
                           HookType.AFTER)
     HookRegistry.register("sglang.srt.managers.scheduler.Scheduler.process_batch_result", _outputs_before_pool_work,

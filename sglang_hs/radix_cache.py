@@ -36,6 +36,7 @@ class HSRadixCache(RadixCache):
         self.stats = stats
         self._internal_match = False
         self._deferred: list[tuple[int, int]] | None = None  # (row, tokens) while a batch's outputs go out first
+        self.held_releases: list | None = None  # finished requests' releases, until the decode formed with them is launched
         super().__init__(params)
         if self.token_to_kv_pool_allocator is not None:
             self.token_to_kv_pool_allocator.tree_cache = self

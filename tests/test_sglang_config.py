@@ -263,6 +263,54 @@ def test_models_fused_kv_write_is_off_under_hs(monkeypatch, backend, pool_asked)
     assert got is False and len(asked) == pool_asked  # off the GPU SGLang says False too, after asking the pool
 
 
+@pytest.mark.parametrize("backend, pending, now, env, expect", [
+    ("hs", "extend", "decode", "0", True),  # the decode step after an hs prefill waits for the prefill's results
+    ("hs", "decode", "decode", "0", False),
+    ("hs", None, "decode", "0", False),  # nothing pending
+    ("hs", "extend", "extend", "0", False),  # consecutive prefills: SGLang's own switch decides
+    ("hs", "extend", "extend", "1", True),
+    ("triton", "extend", "decode", "0", False),  # other backends keep SGLang's answer
+])
+def test_the_decode_step_after_an_hs_prefill_waits_for_its_results(monkeypatch, backend, pending, now, env, expect):
+    """Through the registered hooks on SGLang's real ``Scheduler.is_disable_overlap_for_batch``, batch result processor
+    and ``Scheduler._apply_war_barrier``. Before a decode step the last batch object reports decode, as SGLang's does
+    once it runs the prefill's requests on; the copy queued with the prefill's result says extend. A request released while the results
+    are processed is released only after the decode's launch."""
+    from types import SimpleNamespace
+
+    from sglang.srt.managers.scheduler import Scheduler
+    from sglang.srt.managers.scheduler_components import batch_result_processor
+    from sglang.srt.mem_cache import common
+    from sglang.srt.plugins.hook_registry import HookRegistry
+
+    from sglang_hs import plugin
+
+    plugin.register()
+    HookRegistry.apply_hooks()
+    monkeypatch.setenv(plugin.CONSECUTIVE_PREFILL_OVERLAP, env)
+    released = []
+    monkeypatch.setattr(common, "release_kv_cache", lambda req, cache, *a, **kw: released.append(req))
+
+    def batch(mode):
+        return SimpleNamespace(forward_mode=SimpleNamespace(is_extend=lambda: mode == "extend",
+                                                            is_decode=lambda: mode == "decode"),
+                               spec_algorithm=SimpleNamespace(is_none=lambda: True))
+
+    cache = SimpleNamespace(held_releases=None)
+    scheduler = SimpleNamespace(server_args=SimpleNamespace(attention_backend=backend, disaggregation_mode="null"),
+                                require_mlp_sync=False, result_queue=[(batch(pending), None)] if pending else [],
+                                tree_cache=cache, model_worker=SimpleNamespace(), _war_barrier_enabled=False)
+    last = batch("decode" if now == "decode" else pending)  # a prefill's batch object run on is in decode mode
+    assert Scheduler.is_disable_overlap_for_batch(scheduler, batch(now), last_batch=last) is expect
+    held = expect and now == "decode"
+    assert (cache.held_releases == []) if held else cache.held_releases is None
+    if held:
+        batch_result_processor.release_kv_cache("done at its first token", cache)
+        assert released == []  # the decode formed with it is not launched yet
+        Scheduler._apply_war_barrier(scheduler)
+        assert released == ["done at its first token"] and cache.held_releases is None
+
+
 @pytest.mark.parametrize("head_dim, dtype, group, named", [
     (128, "bfloat16", 4, None), (64, "float16", 3, None), (256, "bfloat16", 64, None), (96, "bfloat16", 4, "head_dim 96"),
     (128, "float32", 4, "torch.float32"), (128, "bfloat16", 128, "128 query heads")])
