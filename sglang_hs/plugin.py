@@ -253,13 +253,15 @@ def _first_tokens_before_decode(original, scheduler, batch, last_batch=None):
     are processed (first tokens sent, prompt-end windows pinned, prompts compressed), as SGLang does for consecutive
     prefills: launched first, its own compression of the prompts (host syncs on the prefill in flight) came before
     the first tokens. The prefill's batch object may be the decode batch by now (SGLang runs it on in decode mode when
-    nothing else runs), so the copy queued with its result says whether it was a prefill. Requests that finish in that
+    nothing else runs), so the copy queued with its result says whether it was a prefill, and whether some request
+    of it gets its first token (a middle chunk gets none: then SGLang's overlap stays). Requests that finish in that
     processing are still in the decode batch: their release waits for its launch (``_release_held``)."""
     if original(scheduler, batch, last_batch=last_batch):
         return True
     pending = getattr(scheduler, "result_queue", None)
     if not (_active(scheduler.server_args) and scheduler.server_args.disaggregation_mode == "null" and batch
-            and batch.forward_mode.is_decode() and pending and pending[0][0].forward_mode.is_extend()):
+            and batch.forward_mode.is_decode() and pending and pending[0][0].forward_mode.is_extend()
+            and any(req.inflight_middle_chunks <= 0 for req in pending[0][0].reqs)):  # a middle chunk has no token
         return False
     scheduler.tree_cache.held_releases = []
     return True

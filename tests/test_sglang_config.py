@@ -265,6 +265,7 @@ def test_models_fused_kv_write_is_off_under_hs(monkeypatch, backend, pool_asked)
 
 @pytest.mark.parametrize("backend, pending, now, env, expect", [
     ("hs", "extend", "decode", "0", True),  # the decode step after an hs prefill waits for the prefill's results
+    ("hs", "middle chunk", "decode", "0", False),  # no first token to send: SGLang's overlap stays
     ("hs", "decode", "decode", "0", False),
     ("hs", None, "decode", "0", False),  # nothing pending
     ("hs", "extend", "extend", "0", False),  # consecutive prefills: SGLang's own switch decides
@@ -292,9 +293,10 @@ def test_the_decode_step_after_an_hs_prefill_waits_for_its_results(monkeypatch, 
     monkeypatch.setattr(common, "release_kv_cache", lambda req, cache, *a, **kw: released.append(req))
 
     def batch(mode):
-        return SimpleNamespace(forward_mode=SimpleNamespace(is_extend=lambda: mode == "extend",
+        chunk = SimpleNamespace(inflight_middle_chunks=int(mode == "middle chunk"))  # counted from its launch
+        return SimpleNamespace(forward_mode=SimpleNamespace(is_extend=lambda: mode in ("extend", "middle chunk"),
                                                             is_decode=lambda: mode == "decode"),
-                               spec_algorithm=SimpleNamespace(is_none=lambda: True))
+                               spec_algorithm=SimpleNamespace(is_none=lambda: True), reqs=[chunk])
 
     cache = SimpleNamespace(held_releases=None)
     scheduler = SimpleNamespace(server_args=SimpleNamespace(attention_backend=backend, disaggregation_mode="null"),
