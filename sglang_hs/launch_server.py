@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import sys
 
+from .server_process import bind_error
 from .settings import ENV_ARGS, FLAGS, HSConfigError, split_hs_flags
 
 DEFAULTS = {"--attention-backend": "hs"}  # page size 64 and radix cache "hs" follow (plugin defaults)
@@ -53,13 +53,8 @@ def add_stats_route() -> None:
 def check_port_free(host: str, port: int) -> None:
     """uvicorn binds the HTTP port only once the model is loaded; if it is taken then, SGLang's start-up check polls
     whatever listens there for minutes before killing the server. Refuse at once instead."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does: a closed socket's port is free
-        try:
-            s.bind((host, port))
-        except OSError as e:
-            raise HSConfigError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+    if (e := bind_error(host, port)) is not None:
+        raise HSConfigError(f"cannot listen on {host}:{port}: {e.strerror or e}")
 
 
 def prepare(argv: list[str]):

@@ -276,11 +276,11 @@ def _hold_release(original, req, tree_cache, *args, **kwargs):
 
 def _release_held(result, scheduler, *args, **kwargs):
     """Right after a launch: the releases held while the previous prefill's results were processed."""
-    from sglang.srt.mem_cache import common
-
     cache = getattr(scheduler, "tree_cache", None)
     held = getattr(cache, "held_releases", None)
     if held is not None:
+        from sglang.srt.mem_cache import common
+
         cache.held_releases = None
         for req, a, kw in held:
             common.release_kv_cache(req, cache, *a, **kw)

@@ -26,6 +26,18 @@ def ephemeral_range() -> tuple[int, int]:
         return 32768, 60999  # Linux's default
 
 
+def bind_error(host: str, port: int) -> OSError | None:
+    """Why ``host:port`` cannot be listened on now (bound as uvicorn binds it: a closed socket's port is free), or
+    None."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as e:
+            return e
+    return None
+
+
 def free_port() -> int:
     """A port nothing listens on, outside the kernel's ephemeral range. SGLang's own ports (torch distributed's
     store, gloo's listeners) come from bind(0), which draws from that range: a port taken from it and released
@@ -34,11 +46,7 @@ def free_port() -> int:
     low, high = ephemeral_range()
     candidates = [*range(max(1024, low - 16384), low), *range(high + 1, 65536)]
     for port in random.sample(candidates, min(64, len(candidates))):
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
+        if bind_error("127.0.0.1", port) is None:
             return port
     with socket.socket() as s:  # no room outside the range: the kernel's choice
         s.bind(("127.0.0.1", 0))

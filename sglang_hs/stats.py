@@ -41,8 +41,7 @@ class HSStats:
         self.pool = self.cache = None
         self.prefix_queries = self.prefix_query_tokens = self.prefix_hit_tokens = 0
         self.prefix_cut_backs = 0  # matches shortened to a stored streaming window
-        self._last_log = self._last_publish = self._changed_at = 0.0
-        self.dirty = True  # something changed since the last publish
+        self._last_log = self._last_publish = self._changed_at = 0.0  # equal: unpublished, so dirty
         self.metrics = None  # HSMetrics, made on first publish if SGLang's metrics are on
 
     def attach(self, pool, cache):
@@ -97,8 +96,13 @@ class HSStats:
                 return int((layer.index["k"][1:, 0] != NO_BLOCK).sum())
         return -1
 
+    @property
+    def dirty(self) -> bool:
+        """Something changed since the last publish."""
+        return self._changed_at >= self._last_publish
+
     def changed(self):
-        self.dirty, self._changed_at = True, time.monotonic()
+        self._changed_at = time.monotonic()
 
     def on_idle(self):
         """The scheduler is idle (SGLang calls this on every pass of its loop then, at least once a second): publish
@@ -114,7 +118,7 @@ class HSStats:
 
     def publish(self):
         now = time.monotonic()
-        self.dirty, self._last_publish = False, now
+        self._last_publish = now
         snap = self.snapshot()
         tmp = f"{self.path}.tmp{os.getpid()}"
         with open(tmp, "w") as f:
