@@ -466,13 +466,21 @@ def prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 # A caller that finds the split beforehand (prefix_splits: one sync for all layers) saves the call's sync: after
 # served 65546- and 131082-token prefixes the CUDA path with the split given ran 64-256 token chunks 1.7-4.0x faster
 # than Triton on two machines, one of them a slow host, all but 128 tokens after 65546 (0.76x, where Triton is at its
-# fastest); so with a given split it runs from 64 query tokens of CUDA_PREFIX_LONG_KEYS keys (twenty-first session)
+# fastest); so with a given split it runs from 64 query tokens of CUDA_PREFIX_LONG_KEYS keys (twenty-first session).
+# Shorter prefixes with the split given: after a served 32778-token prefix the CUDA path ran 1024-4096 token chunks
+# faster than Triton on every machine measured, slow hosts included (H200s 0.90-0.95 / 1.75-1.78 / 3.76-3.90 ms
+# against 1.06-1.10 / 2.10-2.14 / 4.42, twentieth session; an H100 0.91-0.95 / 3.85-4.10 against 1.05 / 4.36-4.41,
+# thirtieth), 1024 after 28682 too (0.82 against 0.95), but lost at 1024 after 24586 (0.95 against 0.83) and at 256-512
+# on a slow host: CUDA_PREFIX_GIVEN_PAIRS from CUDA_PREFIX_MIN_KEYS keys puts the edge between those. Checked on an
+# H100 (thirty-fourth session): CUDA with the split given was faster in every row of 512-4096 after 24586-32778, so
+# the rows this bar leaves to Triton (512; 1024 after 24586) lose 0.1-0.3 ms there, as they did before it.
 CUDA_PREFIX_MIN_WAVES = 4
 CUDA_PREFIX_MIN_KEYS = 1 << 14
 CUDA_PREFIX_MIN_PAIRS = 1 << 27
 CUDA_PREFIX_LONG_KEYS = 5 << 13
 CUDA_PREFIX_LONG_MIN_PAIRS = 3 << 23
 CUDA_PREFIX_GIVEN_MIN_PAIRS = 64 * CUDA_PREFIX_LONG_KEYS
+CUDA_PREFIX_GIVEN_PAIRS = 3 << 23
 CUDA_PREFIX_SPLIT_OVERHEAD_BLOCKS = 9  # a CTA's fixed cost (Q, the pipeline's fill, its part's output) in blocks
 
 
@@ -495,12 +503,14 @@ def cuda_prefix_pays(q: torch.Tensor, k_pool: BlockPool, v_pool: BlockPool, k_in
 
 def cuda_prefix_worth(t: int, keys: int, given: bool = False) -> bool:
     """Whether ``keys`` prefix keys for ``t`` query tokens reach ``CUDA_PREFIX_MIN_KEYS`` and ``CUDA_PREFIX_MIN_PAIRS``,
-    or ``CUDA_PREFIX_LONG_KEYS`` and ``CUDA_PREFIX_LONG_MIN_PAIRS`` (``CUDA_PREFIX_GIVEN_MIN_PAIRS`` where the split is
-    ``given``: the call makes no host sync)."""
+    or ``CUDA_PREFIX_LONG_KEYS`` and ``CUDA_PREFIX_LONG_MIN_PAIRS``; where the split is ``given`` (the call makes no host
+    sync), ``CUDA_PREFIX_GIVEN_PAIRS`` and ``CUDA_PREFIX_GIVEN_MIN_PAIRS`` instead."""
     pairs = t * keys
+    if given:
+        return ((keys >= CUDA_PREFIX_MIN_KEYS and pairs >= CUDA_PREFIX_GIVEN_PAIRS)
+                or (keys >= CUDA_PREFIX_LONG_KEYS and pairs >= CUDA_PREFIX_GIVEN_MIN_PAIRS))
     return ((keys >= CUDA_PREFIX_MIN_KEYS and pairs >= CUDA_PREFIX_MIN_PAIRS)
-            or (keys >= CUDA_PREFIX_LONG_KEYS and pairs >= (CUDA_PREFIX_GIVEN_MIN_PAIRS if given
-                                                              else CUDA_PREFIX_LONG_MIN_PAIRS)))
+            or (keys >= CUDA_PREFIX_LONG_KEYS and pairs >= CUDA_PREFIX_LONG_MIN_PAIRS))
 
 
 def cuda_prefix_splits(t: int, h_q: int, h_kv: int, blocks: int, device: torch.device, head_dim: int = 128,

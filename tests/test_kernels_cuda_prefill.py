@@ -221,7 +221,8 @@ def test_prefix_blocks_split_by_kind():
 
 def test_auto_rule_takes_long_prefixes_from_fewer_pairs():
     """``gpu.cuda_prefix_worth``: 2^27 query x key pairs from 2^14 keys, or 3 x 2^23 from 40960 keys (a served 64K
-    prefix's 65216 2:4 keys from 386 tokens, 128K's from 193), with a given split 64 x 40960; never below 2^14 keys."""
+    prefix's 65216 2:4 keys from 386 tokens, 128K's from 193); with a given split 3 x 2^23 from 2^14 keys (a served 32K
+    prefix's 32448 from 776 tokens) or 64 x 40960 from 40960; never below 2^14 keys."""
     worth = gpu.cuda_prefix_worth
     assert worth(8192, 1 << 14) and not worth(8191, 1 << 14) and not worth(1 << 20, (1 << 14) - 64)
     assert worth(386, 65216) and not worth(385, 65216) and worth(193, 130752) and not worth(192, 130752)
@@ -230,7 +231,10 @@ def test_auto_rule_takes_long_prefixes_from_fewer_pairs():
     # a given split (no host sync in the call): from 64 tokens of 40960 keys, 41 of a served 64K prefix's 65216
     assert worth(64, 40960, given=True) and not worth(63, 40960, given=True) and not worth(64, 40896, given=True)
     assert worth(41, 65216, given=True) and not worth(40, 65216, given=True) and not worth(40, 65216)
-    assert worth(8192, 1 << 14, given=True) and not worth(8191, 1 << 14, given=True)  # shorter prefixes: as before
+    # shorter prefixes, a given split: from 3 x 2^23 pairs (1536 tokens of 2^14 keys, 776 of a served 32K prefix's)
+    assert worth(1536, 1 << 14, given=True) and not worth(1535, 1 << 14, given=True) and not worth(1535, 1 << 14)
+    assert worth(776, 32448, given=True) and not worth(775, 32448, given=True) and not worth(4096, 32448)
+    assert not worth(1 << 20, (1 << 14) - 64, given=True)
 
 
 def test_builds_exist_for_head_dims_64_128_and_gqa_ratios_1_to_64():

@@ -62,8 +62,8 @@ def test_cuda_prefix_matches_the_reference(case, dtype, monkeypatch):
 def test_auto_takes_the_kernel_from_enough_keys_and_pairs(monkeypatch):
     """"auto": the CUDA path for a chunk after a 2:4 prefix of ``gpu.CUDA_PREFIX_MIN_KEYS`` keys and
     ``gpu.CUDA_PREFIX_MIN_PAIRS`` query x key pairs, or of ``CUDA_PREFIX_LONG_KEYS`` keys and
-    ``CUDA_PREFIX_LONG_MIN_PAIRS`` pairs (``CUDA_PREFIX_GIVEN_MIN_PAIRS`` with the split given); the Triton kernel alone
-    for a shorter prefix, a shorter chunk or a dense prefix; float16 as bfloat16."""
+    ``CUDA_PREFIX_LONG_MIN_PAIRS`` pairs (``CUDA_PREFIX_GIVEN_PAIRS`` and ``CUDA_PREFIX_GIVEN_MIN_PAIRS`` with the split
+    given); the Triton kernel alone for a shorter prefix, a shorter chunk or a dense prefix; float16 as bfloat16."""
     calls = []
     split = gpu.cuda_prefix_prefill
     monkeypatch.setattr(gpu, "cuda_prefix_prefill", lambda *a, **kw: calls.append(1) or split(*a, **kw))
@@ -72,7 +72,8 @@ def test_auto_takes_the_kernel_from_enough_keys_and_pairs(monkeypatch):
     long_prefix = 64 * -(-gpu.CUDA_PREFIX_LONG_KEYS // 64)
     long_t = -(-gpu.CUDA_PREFIX_LONG_MIN_PAIRS // long_prefix)
     given_t = -(-gpu.CUDA_PREFIX_GIVEN_MIN_PAIRS // long_prefix)
-    assert given_t < long_t < t
+    given_short_t = -(-gpu.CUDA_PREFIX_GIVEN_PAIRS // prefix)
+    assert given_t < long_t < t and given_short_t < t
     bf16 = torch.bfloat16
     for t_, p_, s, dtype, given, expect in (
             (t, prefix, 1.0, bf16, False, [1]), (t - 1, prefix, 1.0, bf16, False, []),
@@ -81,7 +82,9 @@ def test_auto_takes_the_kernel_from_enough_keys_and_pairs(monkeypatch):
             (long_t, long_prefix, 1.0, bf16, False, [1]), (long_t - 1, long_prefix, 1.0, bf16, False, []),
             (long_t, long_prefix - 64, 1.0, bf16, False, []),
             (given_t, long_prefix, 1.0, bf16, True, [1]), (given_t - 1, long_prefix, 1.0, bf16, True, []),
-            (given_t, long_prefix, 1.0, bf16, False, []), (given_t, long_prefix - 64, 1.0, bf16, True, [])):
+            (given_t, long_prefix, 1.0, bf16, False, []), (given_t, long_prefix - 64, 1.0, bf16, True, []),
+            (given_short_t, prefix, 1.0, bf16, True, [1]), (given_short_t - 1, prefix, 1.0, bf16, True, []),
+            (given_short_t, prefix, 1.0, bf16, False, [])):
         calls.clear()
         k_pool, v_pool, k_index, v_index, q, k, v, scale = prefill_inputs(32, 8, 128, dtype, t_, p_, s, s)
         found = gpu.prefix_splits([(k_pool, v_pool, k_index, v_index)], p_)[0] if given else None
