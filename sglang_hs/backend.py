@@ -17,7 +17,6 @@ import math
 from typing import NamedTuple
 
 import torch
-from torch.profiler import record_function
 from hs_kernels import gpu as hs_gpu
 from hs_kernels import nvcc
 from hs_kernels import (
@@ -37,6 +36,7 @@ from hs_kernels import (
 from sglang.srt.layers.attention.base_attn_backend import AttentionBackend
 
 from .kv_pool import HSKVPool, LayerStore, head_index
+from .ranges import ranged, span
 from .settings import HSSettings
 
 logger = logging.getLogger("sglang_hs")
@@ -221,7 +221,7 @@ class HSAttnBackend(AttentionBackend):
             d = layer.qk_head_dim
             self.pool.write(layer.layer_id, forward_batch.out_cache_loc, k.view(-1, layer.tp_k_head_num, d), v.view(-1, layer.tp_k_head_num, d))
 
-    @record_function("hs.prune_chunk")
+    @ranged("hs.prune_chunk")
     def _prune_chunk(self, x: torch.Tensor, op: str, prefix_len: int, seq_len: int) -> torch.Tensor:
         """The chunk's own K or V ``[t, n_r, D]`` as prefill attention sees it (prefill sparsity):
         the blocks wholly inside the chunk are candidates (the pruner's selection over the
@@ -241,7 +241,7 @@ class HSAttnBackend(AttentionBackend):
             sparse = select_sparse_blocks(loss, seq_len, s, cfg.sink_tokens, cfg.window_tokens)
         return hs_gpu.prune_tiles(x, op, sparse.expand(x.shape[1], -1)[:, first:first + tiles], skip)
 
-    @record_function("hs.extend_metadata")
+    @ranged("hs.extend_metadata")
     def _extend_metadata(self, locs: torch.Tensor, start: int, prefix: int, length: int) -> "ExtendSeq":
         """What every layer reads the same way for one sequence of an extend. Streaming keys:
         ``hs_kernels.streaming_keys`` (sink and window in whole pages; those pages are stored)."""
@@ -256,7 +256,7 @@ class HSAttnBackend(AttentionBackend):
         qpos = torch.arange(prefix, n, dtype=torch.int32, device=locs.device)[None]
         return ExtendSeq(start, prefix, length, maps, rows, kpos, blocks, qpos, {})
 
-    @record_function("hs.prefix_reads")
+    @ranged("hs.prefix_reads")
     def _prefix_reads(self, seq: ExtendSeq, layer_id: int, q: torch.Tensor
                       ) -> tuple[torch.Tensor, torch.Tensor, PrefixSplit | None]:
         """The layer's prefix index maps and, where the CUDA prefix path may take the sequence's chunk
@@ -274,7 +274,7 @@ class HSAttnBackend(AttentionBackend):
         seq.splits.update({i: (*m, split) for (i, m), split in zip(seq.maps.items(), splits)})
         return seq.splits[layer_id]
 
-    @record_function("hs.decode_metadata")
+    @ranged("hs.decode_metadata")
     def _decode_metadata(self, forward_batch, max_blocks: int | None = None) -> DecodeStep:
         """``DecodeStep``: the pages of each sequence's blocks ``[B, max_blocks]`` and, with streaming groups, the
         streaming keys ``_extend_metadata`` would pass for a query at ``n - 1``, for all sequences at once as stream
@@ -313,7 +313,7 @@ class HSAttnBackend(AttentionBackend):
         q_ = q.reshape(-1, layer.tp_q_head_num, layer.qk_head_dim)
         return store, q_, torch.empty_like(q_), *self._query_heads(layer, store)
 
-    @record_function("hs.forward_extend")
+    @ranged("hs.forward_extend")
     def forward_extend(self, q, k, v, layer, forward_batch, save_kv_cache=True, **kwargs):
         store, q_, o, heads_r, heads_s = self._begin(q, k, v, layer, forward_batch, save_kv_cache)
         d = layer.qk_head_dim
@@ -327,7 +327,7 @@ class HSAttnBackend(AttentionBackend):
                 k_idx, v_idx, split = self._prefix_reads(seq, layer.layer_id, qi[:, heads_r])
                 kc = self._prune_chunk(ki[:, store.retrieval], "k", p, n)
                 vc = self._prune_chunk(vi[:, store.retrieval], "v", p, n)
-                with record_function("hs.retrieval_attention"):
+                with span("hs.retrieval_attention"):
                     out, _ = prefill_attention(qi[:, heads_r], kc, vc, store.pools["k"], store.pools["v"],
                                                k_idx, v_idx, p, layer.scaling, split=split)
                 o[rows, heads_r] = out
@@ -335,13 +335,13 @@ class HSAttnBackend(AttentionBackend):
                 # gathered: in place (k_rows) unsplit was slower than gathered at decode shapes on the H200
                 # (kernels/results/2026-12-03-s23-stream-decode-h200.log); chunks not measured
                 ks, vs = store.stream_k[seq.stream_rows][None], store.stream_v[seq.stream_rows][None]
-                with record_function("hs.streaming_attention"):
+                with span("hs.streaming_attention"):
                     out, _ = streaming_attention(qi[None, :, heads_s], seq.qpos, ks.to(q.dtype), vs.to(q.dtype), seq.kpos,
                                                  s.sink_tokens, s.window_tokens, layer.scaling, key_blocks=seq.key_blocks)
                 o[rows, heads_s] = out[0]
         return o.view(-1, layer.tp_q_head_num * d)
 
-    @record_function("hs.forward_decode")
+    @ranged("hs.forward_decode")
     def forward_decode(self, q, k, v, layer, forward_batch, save_kv_cache=True, **kwargs):
         store, q_, o, heads_r, heads_s = self._begin(q, k, v, layer, forward_batch, save_kv_cache)
         d = layer.qk_head_dim
@@ -349,13 +349,13 @@ class HSAttnBackend(AttentionBackend):
             self._decode = self._decode_metadata(forward_batch, self._width)
         step: DecodeStep = self._decode
         if store.n_r:
-            with record_function("hs.retrieval_attention"):
+            with span("hs.retrieval_attention"):
                 out, _ = decode_attention(q_[:, heads_r], store.pools["k"], store.pools["v"], store.index["k"],
                                           store.index["v"], step.seq_lens, layer.scaling,
                                           kernel=self.settings.decode_kernel, pages=step.pages)
             o[:, heads_r] = out
         if store.n_s:
-            with record_function("hs.streaming_attention"):
+            with span("hs.streaming_attention"):
                 out, _ = streaming_attention(q_[:, None, heads_s], step.qpos, store.stream_k, store.stream_v, step.kpos,
                                              self.settings.sink_tokens, self.settings.window_tokens, layer.scaling,
                                              key_blocks=(step.block_lo, step.block_hi), k_rows=step.stream_rows)

@@ -17,11 +17,11 @@ from __future__ import annotations
 import math
 
 import torch
-from torch.profiler import record_function
 from hs_kernels import (BLOCK_SIZE, NO_BLOCK, BlockPool, compress_magnitude, is_sparse, loss_free_selection,
                         new_index_map, select_sparse_blocks, slot_of, write_tokens)
 from sglang.srt.mem_cache.memory_pool import KVCache
 
+from .ranges import ranged
 from .settings import HSSettings
 from .slot_stack import SlotStack, SlotStacks, layout_of
 from .stream_window import keep_mask, live_pages, reusable_pages
@@ -325,7 +325,7 @@ class HSKVPool(KVCache):
         if self.has_stream:
             self._set_live(row, (locs[:num_tokens:BLOCK_SIZE] // BLOCK_SIZE)[live_pages(first_query, num_tokens, self.settings.window_tokens)].clone())
 
-    @record_function("hs.trim_stream")
+    @ranged("hs.trim_stream")
     def trim_stream(self, row: int, locs: torch.Tensor, num_tokens: int, running: bool) -> int:
         """Take back the stream slots of this sequence's pages that no query can see any more; return how many.
         ``running``: the request continues at ``num_tokens`` (its window stays registered)."""
@@ -384,7 +384,7 @@ class HSKVPool(KVCache):
     def forget_row(self, row: int):
         self.compressed_at.pop(row, None)
 
-    @record_function("hs.compress_sequence")
+    @ranged("hs.compress_sequence")
     def compress_sequence(self, locs: torch.Tensor, num_tokens: int) -> int:
         """Compress one sequence's blocks (token locs ``[num_tokens]``) per the decode sparsity; return
         how many blocks moved to sparse slots. Only dense blocks are read: a sparse block scores loss 0, as
@@ -446,7 +446,7 @@ class HSKVPool(KVCache):
         d = self.head_dim
         self.write(layer_id, loc, cache_k.view(-1, self.head_num, d), cache_v.view(-1, self.head_num, d))
 
-    @record_function("hs.write")
+    @ranged("hs.write")
     def write(self, layer_id: int, locs: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
         self.layer(layer_id).write(locs, k, v, self.stream_index, self.write_errors)
         if layer_id == self.start_layer + len(self.layers) - 1:  # once per forward: one check, not one per layer

@@ -25,8 +25,8 @@ import torch
 
 from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams
 from sglang.srt.mem_cache.radix_cache import RadixCache, RadixKey
-from torch.profiler import record_function
 
+from .ranges import ranged
 from .stats import HSStats
 
 
@@ -42,7 +42,7 @@ class HSRadixCache(RadixCache):
             self.token_to_kv_pool_allocator.tree_cache = self
         stats.attach(pool, self)
 
-    @record_function("hs.match_prefix")
+    @ranged("hs.match_prefix")
     def match_prefix(self, params):
         result = super().match_prefix(params)
         if self._internal_match:
@@ -101,7 +101,7 @@ class HSRadixCache(RadixCache):
         if end > 0 and filled >= len(req.origin_input_ids):
             self.pool.pin_window(self.req_to_token_pool.req_to_token[req.req_pool_idx, :end].long())
 
-    @record_function("hs.cache_unfinished_req")
+    @ranged("hs.cache_unfinished_req")
     def cache_unfinished_req(self, req, chunked=False):
         fill = req.get_fill_ids()
         if self.disable:  # no tree (--disable-radix-cache): the request keeps its own pages, as SGLang's ChunkCache does
@@ -121,7 +121,7 @@ class HSRadixCache(RadixCache):
         self._compress_and_trim(req.req_pool_idx, len(fill))
         self.stats.maybe_publish()
 
-    @record_function("hs.cache_finished_req")
+    @ranged("hs.cache_finished_req")
     def cache_finished_req(self, req, is_insert: bool = True, *, kv_len_to_handle: int):
         if not self.disable and is_insert and not self.disable_finished_insert:
             row, n = req.req_pool_idx, kv_len_to_handle
