@@ -804,14 +804,15 @@ def streaming_supported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bo
 def streaming_attention(q: torch.Tensor, q_pos: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                         k_pos: torch.Tensor, sink_tokens: int, window_tokens: int,
                         sm_scale: float | None = None, key_blocks: tuple[torch.Tensor, torch.Tensor] | None = None,
-                        k_rows: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                        k_rows: torch.Tensor | None = None, splits: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """``hs_kernels.attention.streaming_attention`` on the Triton kernel (``triton_stream``) where
     supported (CUDA float16/bfloat16, k and v in q's dtype, head_dim 64/128/256), else the reference.
     Keys may come in any order; the kernel skips 64-key blocks no query of a tile can see, so it is
     fastest when positions ascend along the keys (sink, then window, as the serving backend passes them).
     ``key_blocks``: ``stream_key_blocks(k_pos)``, given when many calls share ``k_pos`` (a model's layers).
     ``k_rows [B, N]`` (integer): k and v are storage ``[R, H_kv, D]`` holding key n of sequence b at row
-    ``k_rows[b, n]`` (the kernel reads them in place; the reference gets them gathered, in q's dtype)."""
+    ``k_rows[b, n]`` (the kernel reads them in place; the reference gets them gathered, in q's dtype).
+    ``splits``: the Triton kernel's key-block splits (``triton_streaming``; default ``stream_splits``)."""
     if k_rows is not None:
         if k.dim() != 3 or v.shape != k.shape or k.shape[0] == 0 or k_rows.dim() != 2 or k_rows.dtype.is_floating_point:
             raise ValueError(f"with k_rows [B, N] (integer), k and v must be [rows, H_kv, head_dim] storage; got "
@@ -821,13 +822,13 @@ def streaming_attention(q: torch.Tensor, q_pos: torch.Tensor, k: torch.Tensor, v
         if streaming_supported(q, k_seen, v_seen):
             _ref._check_streaming(q, q_pos, k_seen, v_seen, k_pos, sink_tokens, window_tokens)
             return triton_streaming(q, q_pos, k, v, k_pos, sink_tokens, window_tokens, _ref._scale(sm_scale, q),
-                                    key_blocks=key_blocks, k_rows=k_rows)
+                                    key_blocks=key_blocks, k_rows=k_rows, splits=splits)
         k, v = k[k_rows.long()].to(q.dtype), v[k_rows.long()].to(q.dtype)
     if not streaming_supported(q, k, v):
         return _ref.streaming_attention(q, q_pos, k, v, k_pos, sink_tokens, window_tokens, sm_scale)
     _ref._check_streaming(q, q_pos, k, v, k_pos, sink_tokens, window_tokens)
     return triton_streaming(q, q_pos, k, v, k_pos, sink_tokens, window_tokens, _ref._scale(sm_scale, q),
-                            key_blocks=key_blocks)
+                            key_blocks=key_blocks, splits=splits)
 
 
 def stream_key_blocks(k_pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

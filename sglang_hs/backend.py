@@ -333,11 +333,14 @@ class HSAttnBackend(AttentionBackend):
                 o[rows, heads_r] = out
             if store.n_s:
                 # gathered: in place (k_rows) unsplit was slower than gathered at decode shapes on the H200
-                # (kernels/results/2026-12-03-s23-stream-decode-h200.log); chunks not measured
+                # (kernels/results/2026-12-03-s23-stream-decode-h200.log); chunks not measured. Unsplit: an eager
+                # extend is host-bound and a sink and window are a few blocks, so a split's merge launch costs more
+                # than it saves (sglang_hs/BENCHMARKS.md, thirty-fourth session)
                 ks, vs = store.stream_k[seq.stream_rows][None], store.stream_v[seq.stream_rows][None]
                 with span("hs.streaming_attention"):
                     out, _ = streaming_attention(qi[None, :, heads_s], seq.qpos, ks.to(q.dtype), vs.to(q.dtype), seq.kpos,
-                                                 s.sink_tokens, s.window_tokens, layer.scaling, key_blocks=seq.key_blocks)
+                                                 s.sink_tokens, s.window_tokens, layer.scaling, key_blocks=seq.key_blocks,
+                                                 splits=1)
                 o[rows, heads_s] = out[0]
         return o.view(-1, layer.tp_q_head_num * d)
 

@@ -164,6 +164,17 @@ def test_extend_layers_make_no_host_sync(gpu, prefix, chunk):
     assert all(names == first for names in others)
 
 
+
+def test_extend_streaming_call_is_one_launch(gpu):
+    """An extend's streaming groups are one launch a layer, not split with a merge: eager extends are host-bound and a
+    sink and window are a few blocks (a decode step, under CUDA graphs, still splits them to fill the SMs)."""
+    reads, launches = gpu
+    extend(make_backend(reads, 4096 + 64), reads, 4096, 64)
+    for names in per_layer(launches):
+        at = names.index("stream_kernel")
+        assert names[at + 1:at + 2] != ["combine_kernel"], names
+    assert hs_gpu.stream_splits(H_KV // 2, 7, 132) > 1  # what the default would have split
+
 def test_cuda_prefix_path_reads_the_split_once_per_forward(gpu):
     """A question after a prefix long enough for the CUDA prefix path: ``prefix_splits`` at the first layer is the
     forward's one read; every layer then runs the CUDA kernel on its 2:4 blocks and Triton on the rest."""
