@@ -57,7 +57,7 @@ def reference_warning(head_dim: int, dtype: torch.dtype, group: int) -> str | No
 class ExtendSeq(NamedTuple):
     """One sequence of an extend batch: its rows ``[start, start + length)`` of the batch, at
     positions ``prefix ..``; each retrieval layer's index maps of its cached prefix (``HSKVPool.prefix_maps``);
-    streaming keys (stream rows, int32 positions ``[1, N]`` and their ``stream_key_blocks``) and int32 query
+    streaming keys (stream rows and int32 positions ``[1, N]``, and their ``stream_key_blocks``) and int32 query
     positions ``[1, length]``; ``splits``, filled at its first retrieval layer (``_prefix_reads``): each layer's
     prefix index maps and ``PrefixSplit`` where the CUDA prefix path may take the sequence."""
     start: int
@@ -250,7 +250,7 @@ class HSAttnBackend(AttentionBackend):
         rows = kpos = blocks = None
         if self.pool.has_stream:
             kpos = streaming_keys(prefix, n, self.settings.sink_tokens, self.settings.window_tokens, locs.device)
-            rows = self.pool.stream_rows(locs[kpos])
+            rows = self.pool.stream_rows(locs[kpos])[None]
             kpos = kpos.to(torch.int32)[None]
             blocks = stream_key_blocks(kpos)
         qpos = torch.arange(prefix, n, dtype=torch.int32, device=locs.device)[None]
@@ -324,23 +324,23 @@ class HSAttnBackend(AttentionBackend):
             p, n, rows = seq.prefix, seq.prefix + seq.length, slice(seq.start, seq.start + seq.length)
             qi, ki, vi = q_[rows], k_[rows], v_[rows]
             if store.n_r:
-                k_idx, v_idx, split = self._prefix_reads(seq, layer.layer_id, qi[:, heads_r])
+                qr = qi[:, heads_r]
+                k_idx, v_idx, split = self._prefix_reads(seq, layer.layer_id, qr)
                 kc = self._prune_chunk(ki[:, store.retrieval], "k", p, n)
                 vc = self._prune_chunk(vi[:, store.retrieval], "v", p, n)
                 with span("hs.retrieval_attention"):
-                    out, _ = prefill_attention(qi[:, heads_r], kc, vc, store.pools["k"], store.pools["v"],
+                    out, _ = prefill_attention(qr, kc, vc, store.pools["k"], store.pools["v"],
                                                k_idx, v_idx, p, layer.scaling, split=split)
                 o[rows, heads_r] = out
             if store.n_s:
-                # gathered: in place (k_rows) unsplit was slower than gathered at decode shapes on the H200
-                # (kernels/results/2026-12-03-s23-stream-decode-h200.log); chunks not measured. Unsplit: an eager
-                # extend is host-bound and a sink and window are a few blocks, so a split's merge launch costs more
-                # than it saves (sglang_hs/BENCHMARKS.md, thirty-fourth session)
-                ks, vs = store.stream_k[seq.stream_rows][None], store.stream_v[seq.stream_rows][None]
+                # an eager extend is host-bound and a sink and window are a few blocks: unsplit (a split's merge
+                # launch costs more than it saves, sglang_hs/BENCHMARKS.md, thirty-fourth session), keys read in
+                # place (two gathers a layer less; on the GPU, 4 us more at decode shapes, H200,
+                # kernels/results/2026-12-03-s23-stream-decode-h200.log)
                 with span("hs.streaming_attention"):
-                    out, _ = streaming_attention(qi[None, :, heads_s], seq.qpos, ks.to(q.dtype), vs.to(q.dtype), seq.kpos,
+                    out, _ = streaming_attention(qi[None, :, heads_s], seq.qpos, store.stream_k, store.stream_v, seq.kpos,
                                                  s.sink_tokens, s.window_tokens, layer.scaling, key_blocks=seq.key_blocks,
-                                                 splits=1)
+                                                 k_rows=seq.stream_rows, splits=1)
                 o[rows, heads_s] = out[0]
         return o.view(-1, layer.tp_q_head_num * d)
 

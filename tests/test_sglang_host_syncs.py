@@ -10,6 +10,7 @@ metadata is captured in CUDA graphs); every layer launches what the others do; t
 new pages their slots, with none. The kernels themselves are tested on the GPU (tests/test_kernels_gpu_*.py), the CPU
 path's results elsewhere."""
 
+import collections
 from types import SimpleNamespace as NS
 
 import pytest
@@ -165,15 +166,33 @@ def test_extend_layers_make_no_host_sync(gpu, prefix, chunk):
 
 
 
-def test_extend_streaming_call_is_one_launch(gpu):
-    """An extend's streaming groups are one launch a layer, not split with a merge: eager extends are host-bound and a
-    sink and window are a few blocks (a decode step, under CUDA graphs, still splits them to fill the SMs)."""
+class Gathers(TorchDispatchMode):
+    """Counts ``aten.index`` (a gather) per ``where`` of the host reads."""
+
+    def __init__(self, reads: HostReads):
+        super().__init__()
+        self.reads, self.count = reads, collections.Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is torch.ops.aten.index.Tensor:
+            self.count[self.reads.where] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def test_extend_streaming_call_is_one_launch_on_keys_in_place(gpu):
+    """An extend's streaming groups are one launch a layer, not split with a merge, and read their keys in the pool's
+    stream rows (no gather a layer): eager extends are host-bound and a sink and window are a few blocks (a decode step,
+    under CUDA graphs, still splits them to fill the SMs)."""
     reads, launches = gpu
-    extend(make_backend(reads, 4096 + 64), reads, 4096, 64)
+    backend = make_backend(reads, 4096 + 64)
+    with Gathers(reads) as gathers:
+        extend(backend, reads, 4096, 64)
     for names in per_layer(launches):
         at = names.index("stream_kernel")
         assert names[at + 1:at + 2] != ["combine_kernel"], names
     assert hs_gpu.stream_splits(H_KV // 2, 7, 132) > 1  # what the default would have split
+    assert gathers.count["metadata"] > 0  # the positive control: the count sees the metadata's gathers
+    assert [gathers.count[i] for i in range(LAYERS)] == [0] * LAYERS
 
 def test_cuda_prefix_path_reads_the_split_once_per_forward(gpu):
     """A question after a prefix long enough for the CUDA prefix path: ``prefix_splits`` at the first layer is the
