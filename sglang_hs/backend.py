@@ -54,6 +54,22 @@ def reference_warning(head_dim: int, dtype: torch.dtype, group: int) -> str | No
             "PyTorch reference, far slower")
 
 
+def join_heads(parts: list, n_heads: int) -> torch.Tensor:
+    """A layer's output ``[T, n_heads, D]`` from each kind's ``(heads, out [T, heads, D])``: one concatenation where
+    the kinds' heads are slices that tile ``[0, n_heads)`` in some order (prepared checkpoints put each kind together),
+    else written into a new tensor by index."""
+    if all(isinstance(heads, slice) for heads, _ in parts):
+        ordered = sorted(parts, key=lambda part: part[0].start)
+        bounds = [heads.start for heads, _ in ordered] + [n_heads]
+        if bounds[0] == 0 and all(heads.stop == stop for (heads, _), stop in zip(ordered, bounds[1:])):
+            return ordered[0][1] if len(ordered) == 1 else torch.cat([out for _, out in ordered], dim=1)
+    first = parts[0][1]
+    joined = first.new_empty(first.shape[0], n_heads, first.shape[2])
+    for heads, out in parts:
+        joined[:, heads] = out
+    return joined
+
+
 class ExtendSeq(NamedTuple):
     """One sequence of an extend batch: its rows ``[start, start + length)`` of the batch, at
     positions ``prefix ..``; each retrieval layer's index maps of its cached prefix (``HSKVPool.prefix_maps``);
@@ -306,23 +322,26 @@ class HSAttnBackend(AttentionBackend):
     # ---- forward ----
 
     def _begin(self, q, k, v, layer, forward_batch, save_kv_cache):
-        """Shared by both passes: store the new K/V, then this layer's store, q per head, output and head split."""
+        """Shared by both passes: store the new K/V, then this layer's store, q per head and head split."""
         self._check_layer(layer)
         self._save(layer, forward_batch, k, v, save_kv_cache)
         store = self.pool.layer(layer.layer_id)
         q_ = q.reshape(-1, layer.tp_q_head_num, layer.qk_head_dim)
-        return store, q_, torch.empty_like(q_), *self._query_heads(layer, store)
+        return store, q_, *self._query_heads(layer, store)
 
     @ranged("hs.forward_extend")
     def forward_extend(self, q, k, v, layer, forward_batch, save_kv_cache=True, **kwargs):
-        store, q_, o, heads_r, heads_s = self._begin(q, k, v, layer, forward_batch, save_kv_cache)
+        store, q_, heads_r, heads_s = self._begin(q, k, v, layer, forward_batch, save_kv_cache)
         d = layer.qk_head_dim
         k_ = k.view(-1, layer.tp_k_head_num, d)
         v_ = v.view(-1, layer.tp_k_head_num, d)
         s = self.settings
+        o = None
         for seq in self._extend:
             p, n, rows = seq.prefix, seq.prefix + seq.length, slice(seq.start, seq.start + seq.length)
-            qi, ki, vi = q_[rows], k_[rows], v_[rows]
+            whole = seq.start == 0 and seq.length == q_.shape[0]  # one sequence, no padding: no slicing, no copies
+            qi, ki, vi = (q_, k_, v_) if whole else (q_[rows], k_[rows], v_[rows])
+            parts = []
             if store.n_r:
                 qr = qi[:, heads_r]
                 k_idx, v_idx, split = self._prefix_reads(seq, layer.layer_id, qr)
@@ -331,7 +350,7 @@ class HSAttnBackend(AttentionBackend):
                 with span("hs.retrieval_attention"):
                     out, _ = prefill_attention(qr, kc, vc, store.pools["k"], store.pools["v"],
                                                k_idx, v_idx, p, layer.scaling, split=split)
-                o[rows, heads_r] = out
+                parts.append((heads_r, out))
             if store.n_s:
                 # an eager extend is host-bound and a sink and window are a few blocks: unsplit (a split's merge
                 # launch costs more than it saves, sglang_hs/BENCHMARKS.md, thirty-fourth session), keys read in
@@ -341,13 +360,20 @@ class HSAttnBackend(AttentionBackend):
                     out, _ = streaming_attention(qi[None, :, heads_s], seq.qpos, store.stream_k, store.stream_v, seq.kpos,
                                                  s.sink_tokens, s.window_tokens, layer.scaling, key_blocks=seq.key_blocks,
                                                  k_rows=seq.stream_rows, splits=1)
-                o[rows, heads_s] = out[0]
-        return o.view(-1, layer.tp_q_head_num * d)
+                parts.append((heads_s, out[0]))
+            if whole:
+                o = join_heads(parts, layer.tp_q_head_num)
+                break
+            o = torch.empty_like(q_) if o is None else o
+            for heads, out in parts:
+                o[rows, heads] = out
+        return o.reshape(-1, layer.tp_q_head_num * d)
 
     @ranged("hs.forward_decode")
     def forward_decode(self, q, k, v, layer, forward_batch, save_kv_cache=True, **kwargs):
-        store, q_, o, heads_r, heads_s = self._begin(q, k, v, layer, forward_batch, save_kv_cache)
+        store, q_, heads_r, heads_s = self._begin(q, k, v, layer, forward_batch, save_kv_cache)
         d = layer.qk_head_dim
+        parts = []
         if layer.layer_id == self.pool.start_layer:  # once a step; inside a graph, captured with it
             self._decode = self._decode_metadata(forward_batch, self._width)
         step: DecodeStep = self._decode
@@ -356,14 +382,14 @@ class HSAttnBackend(AttentionBackend):
                 out, _ = decode_attention(q_[:, heads_r], store.pools["k"], store.pools["v"], store.index["k"],
                                           store.index["v"], step.seq_lens, layer.scaling,
                                           kernel=self.settings.decode_kernel, pages=step.pages)
-            o[:, heads_r] = out
+            parts.append((heads_r, out))
         if store.n_s:
             with span("hs.streaming_attention"):
                 out, _ = streaming_attention(q_[:, None, heads_s], step.qpos, store.stream_k, store.stream_v, step.kpos,
                                              self.settings.sink_tokens, self.settings.window_tokens, layer.scaling,
                                              key_blocks=(step.block_lo, step.block_hi), k_rows=step.stream_rows)
-            o[:, heads_s] = out[:, 0]
-        return o.view(-1, layer.tp_q_head_num * d)
+            parts.append((heads_s, out[:, 0]))
+        return join_heads(parts, layer.tp_q_head_num).reshape(-1, layer.tp_q_head_num * d)
 
     def support_triton(self):
         return False
