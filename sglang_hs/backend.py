@@ -362,8 +362,7 @@ class HSAttnBackend(AttentionBackend):
                                                  k_rows=seq.stream_rows, splits=1)
                 parts.append((heads_s, out[0]))
             if whole:
-                o = join_heads(parts, layer.tp_q_head_num)
-                break
+                return join_heads(parts, layer.tp_q_head_num).reshape(-1, layer.tp_q_head_num * d)
             o = torch.empty_like(q_) if o is None else o
             for heads, out in parts:
                 o[rows, heads] = out
