@@ -13,10 +13,11 @@
 # (kernels/results excluded by hand if the carry is tight: rm -rf .dev/s34-start/kernels/results).
 source scripts/device_env.sh; export HS_KERNELS_CACHE=/tmp/hsk; mkdir -p $OUT
 date -u +"start %F %T UTC"; nvidia-smi --query-gpu=name --format=csv,noheader
-if [ "$1" = 1 ]; then  # the streaming and store kernels' GPU suites (the k_rows and unsplit paths the extend now takes)
+if [ "$1" = 1 ]; then  # the streaming and store kernels' GPU suites (the extend's k_rows, unsplit paths), launch costs
   timeout 400 python -m pytest -q -m gpu tests/test_kernels_gpu_triton_stream.py tests/test_kernels_gpu_store.py \
     > $OUT/gpu-tests.log 2>&1
   echo "gpu tests rc $?"; tail -1 $OUT/gpu-tests.log
+  timeout 60 python kernels/probes/launch_paths.py 2>&1 | tee $OUT/launch-paths.log | grep "^|"
   exit 0
 fi
 if [ "$1" = 3 ]; then  # host time of the question, two processes of each tree alternated
