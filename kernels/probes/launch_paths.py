@@ -6,7 +6,9 @@ without a sync inside the timed loop:
 - ``triton_streaming``: the raw launch with its planning and allocations;
 - ``stream_kernel[grid](...)``: Triton's launcher (``JITFunction.run``: argument specialization, the cache key, the
   launch) on prepared arguments;
-- ``compiled.run(...)``: the compiled kernel's own launcher on the same arguments (what a launch costs without
+- ``binder + compiled.run(...)``: Triton's argument binding and specialization (what picking the compiled variant
+  safely needs), then the compiled kernel's own launcher, on the current stream;
+- ``compiled.run(...)``: the compiled kernel's own launcher on bound arguments (what a launch costs without
   ``JITFunction.run``);
 - ``torch.empty_like``: one allocation, for scale.
 
@@ -64,6 +66,11 @@ def main() -> None:
     def direct():
         compiled.run(*grid, stream, compiled.function, compiled.packed_metadata, None, None, None, *bound)
 
+    def bound_direct():
+        params = binder(*args, **consts)[0]
+        compiled.run(*grid, torch.cuda.current_stream().cuda_stream, compiled.function, compiled.packed_metadata,
+                     None, None, None, *params.values())
+
     want = gpu.streaming_attention(q, q_pos, *storage, k_pos, sink, window, scale, key_blocks=blocks, k_rows=rows,
                                    splits=1)[0]
     out.zero_()
@@ -75,6 +82,7 @@ def main() -> None:
         "triton_streaming": lambda: gpu.triton_streaming(q, q_pos, *storage, k_pos, sink, window, scale,
                                                          key_blocks=blocks, k_rows=rows, splits=1),
         "stream_kernel[grid](...)": lambda: ts.stream_kernel[grid](*args, **consts),
+        "binder + compiled.run(...)": bound_direct,
         "compiled.run(...)": direct,
         "torch.empty_like": lambda: torch.empty_like(q),
     }
