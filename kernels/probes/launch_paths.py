@@ -17,27 +17,18 @@ Says how much of an extend layer's host time a cheaper launch path could save.
     python kernels/probes/launch_paths.py
 """
 
-import time
-
 import torch
 
 from hs_kernels import gpu
 from hs_kernels import triton_stream as ts
+from hs_kernels.bench_prefill import back_to_back
 from hs_kernels.triton_blocks import LOG2E
 
 CALLS = 200
 
 
 def host_us(fn) -> float:
-    for _ in range(10):
-        fn()
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(CALLS):
-        fn()
-    issued = time.perf_counter()
-    torch.cuda.synchronize()
-    return (issued - start) / CALLS * 1e6
+    return back_to_back(fn, CALLS, host_only=True) * 1e3
 
 
 def main() -> None:
