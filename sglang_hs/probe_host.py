@@ -10,9 +10,10 @@ goes idle after a request, before it takes the next), a cached question of ``--q
 (``init_forward_metadata``, then every layer's ``forward_extend``) and one eager decode step after it; beside each, the
 aten operations of one run. "host" is the wall clock until the last layer returns (the host's work of queueing the
 step), "total" until the GPU has finished. A floor for any backend: per layer the same new K/V stored into a flat cache
-and SDPA over the gathered keys (one attention launch, as stock SGLang's backends make). ``--profile N``: cProfile's
-functions by own time over N more questions, which says whose Python the host time is (ours, Triton's launcher,
-torch's)."""
+and SDPA over the gathered keys (one attention launch, as stock SGLang's backends make). Last, each hs step's host time
+over its floor's in the same process: trees run in separate processes compare by it, as a process's host speed moves
+both. ``--profile N``: cProfile's functions by own time over N more questions, which says whose Python the host time is
+(ours, Triton's launcher, torch's)."""
 
 from __future__ import annotations
 
@@ -210,9 +211,10 @@ def parse(argv=None) -> argparse.Namespace:
 def main(argv=None) -> None:
     args = parse(argv)
     backend, locs = build(args)
-    rows = []
+    rows, hosts = [], {}
     for name, step in steps(args, backend, locs).items():
         host, total, ops = timed(step, args.device, args.repeats)
+        hosts[name] = host
         rows.append(f"| {name} | {host * 1e3:.2f} | {total * 1e3:.2f} | {host / args.layers * 1e6:.0f} | {ops} |")
     if args.profile:
         question = steps(args, backend, locs)["question, hs"]
@@ -225,6 +227,9 @@ def main(argv=None) -> None:
           f"median of {args.repeats}\n")
     print("| step | host ms | total ms | host us per layer | aten ops |\n|---|---|---|---|---|")
     print("\n".join(rows))
+    # a process's host speed moves its floor too (2.4-4.0 ms between processes on one H100): compare trees by this
+    print("\nhost time over the floor's, same process: " + ", ".join(
+        f"{step} {hosts[f'{step}, hs'] / hosts[f'{step}, floor']:.2f}x" for step in ("question", "decode step")))
 
 
 if __name__ == "__main__":

@@ -19,6 +19,9 @@ def test_probe_times_every_step_on_a_compressed_prefix(capsys):
                                            "question, floor", "decode step, hs", "decode step, floor"]
     assert all(0 < float(host) <= float(total) and int(ops) > 0 for _, host, total, ops in rows)
     assert "forward_extend" in out  # the profile's table
+    ratios = re.search(r"question ([\d.]+)x, decode step ([\d.]+)x$", out, re.M)
+    hosts = {step: float(host) for step, host, *_ in rows}
+    assert ratios and float(ratios[1]) == pytest.approx(hosts["question, hs"] / hosts["question, floor"], rel=0.05)
 
 
 def test_probe_builds_the_prefix_compressed():
