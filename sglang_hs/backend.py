@@ -336,10 +336,11 @@ class HSAttnBackend(AttentionBackend):
         k_ = k.view(-1, layer.tp_k_head_num, d)
         v_ = v.view(-1, layer.tp_k_head_num, d)
         s = self.settings
-        o = None
+        # one sequence and no padding: no slicing, and the kinds' outputs joined without copies
+        whole = len(self._extend) == 1 and self._extend[0].start == 0 and self._extend[0].length == q_.shape[0]
+        o = None if whole else torch.empty_like(q_)
         for seq in self._extend:
             p, n, rows = seq.prefix, seq.prefix + seq.length, slice(seq.start, seq.start + seq.length)
-            whole = seq.start == 0 and seq.length == q_.shape[0]  # one sequence, no padding: no slicing, no copies
             qi, ki, vi = (q_, k_, v_) if whole else (q_[rows], k_[rows], v_[rows])
             parts = []
             if store.n_r:
@@ -363,7 +364,6 @@ class HSAttnBackend(AttentionBackend):
                 parts.append((heads_s, out[0]))
             if whole:
                 return join_heads(parts, layer.tp_q_head_num).reshape(-1, layer.tp_q_head_num * d)
-            o = torch.empty_like(q_) if o is None else o
             for heads, out in parts:
                 o[rows, heads] = out
         return o.reshape(-1, layer.tp_q_head_num * d)
