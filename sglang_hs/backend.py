@@ -36,6 +36,7 @@ from hs_kernels import (
 from sglang.srt.layers.attention.base_attn_backend import AttentionBackend
 
 from .kv_pool import HSKVPool, LayerStore, head_index
+from .short_extends import RowBucket, ShortExtends
 from .ranges import ranged, span
 from .settings import HSSettings
 
@@ -88,7 +89,7 @@ class ExtendSeq(NamedTuple):
 
 
 class DecodeStep(NamedTuple):
-    """What every layer of a decode step reads the same way (``_decode_metadata``): each sequence's int32 block pages
+    """What every layer of a decode step reads the same way (``step_metadata``): each sequence's int32 block pages
     ``[B, max_blocks]`` (the decode kernels read each layer's index maps through them), int32 sequence lengths
     ``[B]``; with streaming groups, stream rows ``[B, span]``, int32 key positions ``[B, span]`` and their
     ``stream_key_blocks`` (lowest, highest ``[B, span / 64]``), int32 query positions ``[B, 1]`` (else None)."""
@@ -110,22 +111,29 @@ class HSAttnBackend(AttentionBackend):
         if not isinstance(self.pool, HSKVPool):
             raise RuntimeError("attention backend 'hs' needs the hs KV pool; start through sglang_hs (plugin not loaded in this process?)")
         self.settings: HSSettings = self.pool.settings
+        on_kernels = False  # the GPU kernels take every layer (else the reference)
         if self.device != "cpu":  # on the CPU the reference is the path
             cfg = model_runner.model_config
             group = cfg.num_attention_heads // cfg.num_key_value_heads
             if warning := reference_warning(self.pool.head_dim, self.pool.dtype, group):
                 logger.warning("hs: %s", warning)
-            elif any(s.n_r for s in self.pool.layers):
-                self._prepare_kernels(group)
+            else:
+                on_kernels = True
+                if any(s.n_r for s in self.pool.layers):
+                    self._prepare_kernels(group)
         self._heads = {}
         # decode streaming keys (hs_kernels.streaming_keys for every sequence at once): sink pages, then
         # whole pages covering any window
         self.sink_end = -(-self.settings.sink_tokens // BLOCK_SIZE) * BLOCK_SIZE
         self._stream_span = self.sink_end + -(-(self.settings.window_tokens + BLOCK_SIZE - 1) // BLOCK_SIZE) * BLOCK_SIZE
-        self._decode = None  # per decode step, shared by all layers (_decode_metadata, at the first layer)
+        self._decode = None  # per decode step, shared by all layers (_step_metadata, at the first layer)
         self._width = None  # its block width: the longest sequence's (eager), or every graph's fixed one
-        self._graph_width = None  # CUDA graphs' (init_cuda_graph_state)
+        self.max_blocks = -(-self.req_to_token_pool.req_to_token.shape[1] // BLOCK_SIZE)  # any request's
         self._extend: list[ExtendSeq] = []  # per extend, likewise (_extend_metadata)
+        # the reference syncs the host, which a CUDA graph cannot hold; --disable-cuda-graph turns ours off too
+        graphs = on_kernels and self.settings.extend_graph_tokens and not model_runner.server_args.disable_cuda_graph
+        self.short_extends = ShortExtends(self, self.settings.extend_graph_tokens) if graphs else None
+        self._rows: RowBucket | None = None  # this extend's decode rows, where short_extends takes it
         self._prefilled: dict[int, int] = {}  # the last extend's rows -> tokens (_decode_bookkeeping)
         self.capturing_prefill = False  # SGLang is capturing prefill graphs (the plugin says so)
 
@@ -133,7 +141,7 @@ class HSAttnBackend(AttentionBackend):
         """Eager forward. Before an extend: protect the streaming pages each request reads (its
         window before the prefix may be shared) and resolve the layer-independent reads of each
         sequence (``_extend_metadata``). Before a decode step: ``_decode_bookkeeping``, then the
-        step's layer-independent reads (``_decode_metadata``, at the first layer)."""
+        step's layer-independent reads (``step_metadata``, at the first layer)."""
         mode = forward_batch.forward_mode
         if mode.is_extend():
             rows = forward_batch.req_pool_indices.tolist()
@@ -150,6 +158,7 @@ class HSAttnBackend(AttentionBackend):
                     self._prefilled[row] = p + t
                 self._extend.append(self._extend_metadata(locs, start, p, t))
                 start += t
+            self._rows = None if self.short_extends is None or self.capturing_prefill else self.short_extends.begin(forward_batch)
         elif mode.is_decode():
             self._decode_bookkeeping(forward_batch)
             self._width = None
@@ -183,8 +192,7 @@ class HSAttnBackend(AttentionBackend):
 
     def init_cuda_graph_state(self, max_bs: int, max_num_tokens: int):
         """Nothing static: a graph computes its step's metadata at its first layer, from its input buffers, over
-        block pages up to the longest context."""
-        self._graph_width = -(-self.req_to_token_pool.req_to_token.shape[1] // BLOCK_SIZE)
+        block pages up to the longest context (``max_blocks``)."""
 
     def get_cuda_graph_seq_len_fill_value(self):
         return 1
@@ -194,7 +202,7 @@ class HSAttnBackend(AttentionBackend):
         metadata is then captured in the graph (``forward_decode``'s first layer): no host work for it at replay."""
         if not in_capture:
             self._decode_bookkeeping(forward_batch)
-        self._width = self._graph_width
+        self._width = self.max_blocks
 
     # ---- helpers ----
 
@@ -232,23 +240,30 @@ class HSAttnBackend(AttentionBackend):
         if self.pool.dtype in cuda_prefill.DTYPES and cuda_prefill.fits(self.pool.head_dim, group):
             cuda_prefill.built(group, self.pool.head_dim, self.pool.dtype)  # nvcc now, not under the first long chunk after a cached prefix
 
-    def _save(self, layer, forward_batch, k, v, save_kv_cache):
-        if save_kv_cache and k is not None and v is not None:
+    def _save(self, layer, locs, k, v):
+        """The new K/V of the tokens at ``locs`` (None: not saved) into the pool."""
+        if locs is not None and k is not None and v is not None:
             d = layer.qk_head_dim
-            self.pool.write(layer.layer_id, forward_batch.out_cache_loc, k.view(-1, layer.tp_k_head_num, d), v.view(-1, layer.tp_k_head_num, d))
+            self.pool.write(layer.layer_id, locs, k.view(-1, layer.tp_k_head_num, d), v.view(-1, layer.tp_k_head_num, d))
+
+    def prunes_chunk(self, op: str, prefix_len: int, seq_len: int) -> bool:
+        """Whether a block wholly inside the chunk ``[prefix_len, seq_len)`` may become sparse in prefill (not for a
+        question in the window, a chunk inside one block, ...)."""
+        cfg = self.settings.prefill
+        first = -(-prefix_len // BLOCK_SIZE)  # first block wholly in the chunk
+        return cfg.sparsity(op) > 0.0 and eligible_range(seq_len, cfg.sink_tokens, cfg.window_tokens)[1] > first
 
     @ranged("hs.prune_chunk")
     def _prune_chunk(self, x: torch.Tensor, op: str, prefix_len: int, seq_len: int) -> torch.Tensor:
         """The chunk's own K or V ``[t, n_r, D]`` as prefill attention sees it (prefill sparsity):
         the blocks wholly inside the chunk are candidates (the pruner's selection over the
         sequence's blocks, the others never chosen); only they are read."""
+        if not self.prunes_chunk(op, prefix_len, seq_len):
+            return x
         cfg = self.settings.prefill
         s = cfg.sparsity(op)
-        first = -(-prefix_len // BLOCK_SIZE)  # first block wholly in the chunk
+        first = -(-prefix_len // BLOCK_SIZE)
         skip = first * BLOCK_SIZE - prefix_len  # the chunk's tokens in the prefix's last block
-        # no block wholly in the chunk may become sparse: a question in the window, a chunk inside one block, ...
-        if s == 0.0 or eligible_range(seq_len, cfg.sink_tokens, cfg.window_tokens)[1] <= first:
-            return x
         tiles = (x.shape[0] - skip) // BLOCK_SIZE  # a partial last block is never sparse
         sparse = loss_free_selection(seq_len, s, cfg.sink_tokens, cfg.window_tokens, x.device)
         if sparse is None:
@@ -291,18 +306,16 @@ class HSAttnBackend(AttentionBackend):
         return seq.splits[layer_id]
 
     @ranged("hs.decode_metadata")
-    def _decode_metadata(self, forward_batch, max_blocks: int | None = None) -> DecodeStep:
-        """``DecodeStep``: the pages of each sequence's blocks ``[B, max_blocks]`` and, with streaming groups, the
-        streaming keys ``_extend_metadata`` would pass for a query at ``n - 1``, for all sequences at once as stream
-        rows and positions ``[B, span]``, padded with empty keys (position -1) after each sequence's own (a key keeps
-        its index: a sequence's result does not depend on the batch). ``max_blocks``: a fixed width (CUDA graphs),
-        else the longest sequence's. Tensor work only (it runs inside a captured graph): rows of length 1 are a graph's
+    def step_metadata(self, rows: torch.Tensor, seq_lens: torch.Tensor, max_blocks: int) -> DecodeStep:
+        """``DecodeStep`` of decode rows: the query of row ``i`` is the last of ``seq_lens[i]`` tokens of request row
+        ``rows[i]``. The pages of each row's blocks ``[B, max_blocks]`` and, with streaming groups, the
+        streaming keys ``_extend_metadata`` would pass for a query at ``n - 1``, for all rows at once as stream
+        rows and positions ``[B, span]``, padded with empty keys (position -1) after each row's own (a key keeps
+        its index: a row's result does not depend on the batch). ``max_blocks``: a fixed width (CUDA graphs),
+        or the longest row's. Tensor work only (it runs inside captured graphs): rows of length 1 are a graph's
         padding (the fill value; a decoding sequence holds its prompt and a new token), read page 0 and no keys."""
-        seq_lens = forward_batch.seq_lens
-        rows = forward_batch.req_pool_indices.long()
+        rows = rows.long()
         req_to_token = self.req_to_token_pool.req_to_token
-        if max_blocks is None:
-            max_blocks = -(-int(forward_batch.seq_lens_cpu.max()) // BLOCK_SIZE)
         live = (seq_lens > self.get_cuda_graph_seq_len_fill_value())[:, None]
         pages = req_to_token[rows, :max_blocks * BLOCK_SIZE:BLOCK_SIZE] // BLOCK_SIZE  # int32, as the kernels take it
         pages = torch.where(live, pages.clamp_(0, self.pool.num_pages - 1), 0)  # rows past a sequence's end are not read
@@ -321,18 +334,16 @@ class HSAttnBackend(AttentionBackend):
 
     # ---- forward ----
 
-    def _begin(self, q, k, v, layer, forward_batch, save_kv_cache):
-        """Shared by both passes: store the new K/V, then this layer's store, q per head and head split."""
-        self._check_layer(layer)
-        self._save(layer, forward_batch, k, v, save_kv_cache)
-        store = self.pool.layer(layer.layer_id)
-        q_ = q.reshape(-1, layer.tp_q_head_num, layer.qk_head_dim)
-        return store, q_, *self._query_heads(layer, store)
-
     @ranged("hs.forward_extend")
     def forward_extend(self, q, k, v, layer, forward_batch, save_kv_cache=True, **kwargs):
-        store, q_, heads_r, heads_s = self._begin(q, k, v, layer, forward_batch, save_kv_cache)
+        self._check_layer(layer)
+        if self._rows is not None and save_kv_cache and k is not None:
+            return self.short_extends.layer(self._rows, q, k, v, layer)
+        self._save(layer, forward_batch.out_cache_loc if save_kv_cache else None, k, v)
+        store = self.pool.layer(layer.layer_id)
+        heads_r, heads_s = self._query_heads(layer, store)
         d = layer.qk_head_dim
+        q_ = q.reshape(-1, layer.tp_q_head_num, d)
         k_ = k.view(-1, layer.tp_k_head_num, d)
         v_ = v.view(-1, layer.tp_k_head_num, d)
         s = self.settings
@@ -370,25 +381,34 @@ class HSAttnBackend(AttentionBackend):
 
     @ranged("hs.forward_decode")
     def forward_decode(self, q, k, v, layer, forward_batch, save_kv_cache=True, **kwargs):
-        store, q_, heads_r, heads_s = self._begin(q, k, v, layer, forward_batch, save_kv_cache)
-        d = layer.qk_head_dim
-        parts = []
+        self._check_layer(layer)
         if layer.layer_id == self.pool.start_layer:  # once a step; inside a graph, captured with it
-            self._decode = self._decode_metadata(forward_batch, self._width)
-        step: DecodeStep = self._decode
+            width = self._width or -(-int(forward_batch.seq_lens_cpu.max()) // BLOCK_SIZE)
+            self._decode = self.step_metadata(forward_batch.req_pool_indices, forward_batch.seq_lens, width)
+        q_ = q.reshape(-1, layer.tp_q_head_num, layer.qk_head_dim)
+        out = self.decode_layer(q_, k, v, layer, forward_batch.out_cache_loc if save_kv_cache else None, self._decode)
+        return out.reshape(-1, layer.tp_q_head_num * layer.qk_head_dim)
+
+    def decode_layer(self, q: torch.Tensor, k, v, layer, locs, step: DecodeStep) -> torch.Tensor:
+        """One layer of decode rows (``step``): the rows' new K/V saved at ``locs`` (None: not saved), then each
+        row's query ``q [B, H_q, D]`` over its keys. Returns ``[B, H_q, D]``; host syncs none."""
+        self._save(layer, locs, k, v)
+        store = self.pool.layer(layer.layer_id)
+        heads_r, heads_s = self._query_heads(layer, store)
+        parts = []
         if store.n_r:
             with span("hs.retrieval_attention"):
-                out, _ = decode_attention(q_[:, heads_r], store.pools["k"], store.pools["v"], store.index["k"],
+                out, _ = decode_attention(q[:, heads_r], store.pools["k"], store.pools["v"], store.index["k"],
                                           store.index["v"], step.seq_lens, layer.scaling,
                                           kernel=self.settings.decode_kernel, pages=step.pages)
             parts.append((heads_r, out))
         if store.n_s:
             with span("hs.streaming_attention"):
-                out, _ = streaming_attention(q_[:, None, heads_s], step.qpos, store.stream_k, store.stream_v, step.kpos,
+                out, _ = streaming_attention(q[:, None, heads_s], step.qpos, store.stream_k, store.stream_v, step.kpos,
                                              self.settings.sink_tokens, self.settings.window_tokens, layer.scaling,
                                              key_blocks=(step.block_lo, step.block_hi), k_rows=step.stream_rows)
             parts.append((heads_s, out[:, 0]))
-        return join_heads(parts, layer.tp_q_head_num).reshape(-1, layer.tp_q_head_num * d)
+        return join_heads(parts, layer.tp_q_head_num)
 
     def support_triton(self):
         return False

@@ -7,7 +7,8 @@ retrieval groups) hold one sequence: a ``--prefix``-token prefix written and com
 Timed, median of ``--repeats``: the pool's bookkeeping for all layers (the compression of the prefix's next block,
 as a decode step does when a page fills; a page opened and freed; the stats' snapshot, published when the scheduler
 goes idle after a request, before it takes the next), a cached question of ``--question`` tokens
-(``init_forward_metadata``, then every layer's ``forward_extend``) and one eager decode step after it; beside each, the
+(``init_forward_metadata``, then every layer's ``forward_extend``; on CUDA also as decode rows replayed from CUDA graphs,
+``short_extends``, where the question qualifies) and one eager decode step after it; beside each, the
 aten operations of one run. "host" is the wall clock until the last layer returns (the host's work of queueing the
 step), "total" until the GPU has finished. A floor for any backend: per layer the same new K/V stored into a flat cache
 and SDPA over the gathered keys (one attention launch, as stock SGLang's backends make). Last, each hs step's host time
@@ -34,6 +35,7 @@ from sglang.srt.model_executor.forward_batch_info import ForwardMode
 from .backend import HSAttnBackend
 from .kv_pool import HSKVPool
 from .settings import HSSettings, LayerGroups, load_recipe
+from .short_extends import MIN_ROWS, ShortExtends
 from .stats import HSStats
 
 ROW = 1  # the sequence's row of req_to_token
@@ -99,7 +101,8 @@ def steps(args, backend: HSAttnBackend, locs: torch.Tensor) -> dict:
     q1, k1, v1 = new(1, h_q), new(1, h_kv), new(1, h_kv)
     rows = torch.tensor([ROW], device=args.device)
     question = NS(forward_mode=ForwardMode.EXTEND, req_pool_indices=rows, extend_prefix_lens_cpu=[p],
-                  extend_seq_lens_cpu=[t], out_cache_loc=locs[p:p + t])
+                  extend_seq_lens_cpu=[t], extend_seq_lens=torch.tensor([t], device=args.device),
+                  positions=torch.arange(p, p + t, device=args.device), out_cache_loc=locs[p:p + t])
     n = torch.tensor([p + t + 1])
     decode = NS(forward_mode=ForwardMode.DECODE, req_pool_indices=rows, seq_lens=n.to(args.device), seq_lens_cpu=n,
                 out_cache_loc=locs[p + t:p + t + 1])
@@ -123,6 +126,13 @@ def steps(args, backend: HSAttnBackend, locs: torch.Tensor) -> dict:
         for layer in model:
             backend.forward_extend(q, k, v, layer, question)
 
+    short = ShortExtends(backend, max(t, MIN_ROWS)) if args.device != "cpu" else None
+
+    def hs_question_rows():
+        backend.short_extends = short
+        hs_question()
+        backend.short_extends = None
+
     def hs_decode():
         backend.init_forward_metadata(decode)
         for layer in model:
@@ -142,9 +152,10 @@ def steps(args, backend: HSAttnBackend, locs: torch.Tensor) -> dict:
                     keys[None, :, 1].transpose(1, 2), enable_gqa=True)
         return run
 
+    rows_step = {"question, hs rows": hs_question_rows} if short and short.fits([p], [t]) else {}
     return {"compression, next block": compress_next_block, "page opened and freed": open_and_free_page,
             "stats snapshot": stats.snapshot,
-            "question, hs": hs_question, "question, floor": floor(t, q, k, v, p + t),
+            "question, hs": hs_question, **rows_step, "question, floor": floor(t, q, k, v, p + t),
             "decode step, hs": hs_decode, "decode step, floor": floor(1, q1, k1, v1, p + t + 1)}
 
 
@@ -229,7 +240,8 @@ def main(argv=None) -> None:
     print("\n".join(rows))
     # a process's host speed moves its floor too (2.4-4.0 ms between processes on one H100): compare trees by this
     print("\nhost time over the floor's, same process: " + ", ".join(
-        f"{step} {hosts[f'{step}, hs'] / hosts[f'{step}, floor']:.2f}x" for step in ("question", "decode step")))
+        f"{step.replace(', hs', '')} {hosts[step] / hosts[step.split(', ')[0] + ', floor']:.2f}x"
+        for step in hosts if ", hs" in step))
 
 
 if __name__ == "__main__":

@@ -44,6 +44,7 @@ class HSSettings:
     recipe: str
     stream_checkpoint: int = 4096
     decode_kernel: str = "auto"  # hs_kernels.decode_attention(kernel=...) for the retrieval groups
+    extend_graph_tokens: int = 0  # short extends of at most this many tokens replayed from CUDA graphs (short_extends)
     layers: list[LayerGroups] = field(default_factory=list)
     num_kv_heads: int = 0
     auto_reserve_pages: int = 0
@@ -80,6 +81,7 @@ class HSSettings:
             "window_tokens": self.window_tokens,
             "stream_checkpoint": self.stream_checkpoint,
             "decode_kernel": self.decode_kernel,
+            "extend_graph_tokens": self.extend_graph_tokens,
             "dense_reserve": self.reserve_flag,
             "auto_reserve_pages": self.auto_reserve_pages,
             "retrieval_fraction": n_r / n if n else 0.0,
@@ -116,6 +118,7 @@ FLAGS = {
     "--hs-dense-reserve": ("dense_reserve", fraction_or_auto, "extra dense block and stream page capacity (sinks, windows, blocks awaiting compression or trimming): 'auto' (default: two prefill chunks, one without the overlap scheduler, plus the sinks and windows of --max-running-requests requests; hs sets that to 32 when unset) or a fraction of the pool"),
     "--hs-stream-checkpoint": ("stream_checkpoint", int, "streaming groups keep their window before every multiple of this many tokens (a multiple of 64, >= window); a cached prefix is reused up to the last such point"),
     "--hs-decode-kernel": ("decode_kernel", str, "retrieval decode kernel on CUDA: 'auto' (default: 'cuda' where it applies, else 'triton'), 'cuda' (sparse tensor cores, mma.sp; built with the machine's nvcc; head_dim 64/128, at most 8 query heads per KV head) or 'triton'"),
+    "--hs-extend-graph-tokens": ("extend_graph_tokens", int, "on CUDA, extends of at most this many tokens whose requests continue a cached prefix (a question, a next turn) run as decode rows replayed from CUDA graphs, without the eager extend's host work per layer; 0 (default) off"),
     "--hs-recipe": ("recipe", str, "recipe name in recipes/ or a path to a recipe JSON (default: by model type)"),
 }
 
@@ -242,6 +245,9 @@ def resolve(model_path: str, hs_args: dict | None = None, page_size: int | None 
     decode_kernel = pick("decode_kernel", "auto")
     if decode_kernel not in DECODE_KERNELS:
         raise HSConfigError(f"--hs-decode-kernel must be one of {', '.join(DECODE_KERNELS)}, got {decode_kernel!r}")
+    extend_graph_tokens = int(pick("extend_graph_tokens", 0))
+    if extend_graph_tokens < 0:
+        raise HSConfigError(f"--hs-extend-graph-tokens must be >= 0, got {extend_graph_tokens}")
     with_window = lambda c: SparsityConfig(c.s_k, c.s_v, sink, window)  # noqa: E731
     return HSSettings(
         prefill=with_window(prefill),
@@ -252,6 +258,7 @@ def resolve(model_path: str, hs_args: dict | None = None, page_size: int | None 
         recipe=name,
         stream_checkpoint=checkpoint,
         decode_kernel=decode_kernel,
+        extend_graph_tokens=extend_graph_tokens,
         layers=layer_groups(section, num_layers, tp_size, tp_rank),
         num_kv_heads=section["num_key_value_heads"] // tp_size,
         auto_reserve_pages=auto_reserve_pages(chunk_tokens or text_config.get("max_position_embeddings", 8192),

@@ -4,9 +4,10 @@ otherwise compile while a user waits. SGLang's own warm-up (a few tokens) and it
 without a cached prefix) miss them: chunks after a prefix written by the same request, the short last chunk, and
 a question on a cached prefix. Each layer runs its own variants, so one prompt covers them all. The streaming
 kernel's tile height follows the query tokens (times the group's heads): short prompts and questions of 1, 2, 4, ...
-128 tokens, fresh and on the cached prompt, meet every height for any group size. A question on a short cached
-prompt (128 tokens) splits its few key blocks 3 ways, which the merge compiles apart from 2 and 8 (Llama-3.1-8B's
-streaming half, 132 SMs): a short system prompt shared by a chat's requests."""
+128 tokens, fresh and on the cached prompt, meet every height for any group size. Questions of as many lengths on a
+short cached prompt (128 tokens: a short system prompt shared by a chat's requests) split its few key blocks 3 ways,
+which the merge compiles apart from 2 and 8 (Llama-3.1-8B's streaming half, 132 SMs), and with
+``--hs-extend-graph-tokens`` capture the CUDA graphs of every bucket of short extends (``short_extends``)."""
 
 from __future__ import annotations
 
@@ -45,7 +46,7 @@ async def hs_prefill(disaggregation_mode: str, tokenizer_manager) -> None:
     for n in SHORT_TOKENS:  # the questions' prefix is cached by then
         short = rng.integers(vocab, size=n).tolist()
         requests += [short, prompt + rng.integers(vocab, size=n).tolist()]
-    requests.append(short + rng.integers(vocab, size=QUESTION_TOKENS // 2).tolist())  # on the last short prompt
+    requests += [short + rng.integers(vocab, size=n).tolist() for n in SHORT_TOKENS]  # on the last short prompt
     try:
         for ids in requests:
             req = GenerateReqInput(input_ids=ids, sampling_params={"max_new_tokens": 2, "temperature": 0.0})
@@ -56,4 +57,4 @@ async def hs_prefill(disaggregation_mode: str, tokenizer_manager) -> None:
                        NAME, type(e).__name__, e)
         return
     logger.info("hs: %s warm-up done (a %d-token prompt, then prompts of %s tokens, alone and on its cached prefix, "
-                "and a question on the last)", NAME, len(prompt), "/".join(map(str, SHORT_TOKENS)))
+                "and as many questions on the last)", NAME, len(prompt), "/".join(map(str, SHORT_TOKENS)))

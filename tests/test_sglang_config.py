@@ -113,9 +113,12 @@ def test_warmup_meets_every_streaming_tile_height_fresh_and_on_the_cached_prompt
                               max_req_input_len=None, model_config=SimpleNamespace(vocab_size=1000),
                               generate_request=record)
     asyncio.run(warmup.hs_prefill("null", manager))
-    prompt, fresh, questions, short_question = sent[0], sent[1:-1:2], sent[2:-1:2], sent[-1]
+    n = len(warmup.SHORT_TOKENS)
+    prompt, fresh, questions, short_questions = sent[0], sent[1:2 * n:2], sent[2:2 * n + 1:2], sent[2 * n + 1:]
     assert len(prompt) == warmup.prompt_tokens(256, 4096)
-    assert short_question[:len(fresh[-1])] == fresh[-1] and len(short_question) > len(fresh[-1])
+    # on the last short prompt, questions of every length: every bucket of short extends' graphs
+    assert all(q[:len(fresh[-1])] == fresh[-1] for q in short_questions)
+    assert [len(q) - len(fresh[-1]) for q in short_questions] == list(warmup.SHORT_TOKENS)
     assert all(q[:len(prompt)] == prompt for q in questions)
     lengths = [len(f) for f in fresh]
     assert lengths == [len(q) - len(prompt) for q in questions] and max(lengths) == warmup.QUESTION_TOKENS

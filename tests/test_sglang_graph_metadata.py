@@ -43,14 +43,20 @@ def decode_batch(rows, lens, padding=0):
               req_pool_indices=torch.tensor(rows), seq_lens=torch.tensor(lens), seq_lens_cpu=torch.tensor(lens))
 
 
+def metadata(backend, batch, width=None):
+    """The step's metadata as ``forward_decode`` computes it: eager, as wide as the longest row."""
+    width = width or -(-int(batch.seq_lens_cpu.max()) // 64)
+    return backend.step_metadata(batch.req_pool_indices, batch.seq_lens, width)
+
+
 def test_graph_metadata_equals_eager_for_real_rows(backend):
     """What a captured graph computes (fixed width, padded batch) is the eager metadata for the real rows."""
     backend.init_cuda_graph_state(max_bs=8, max_num_tokens=8)
-    e = backend._decode_metadata(decode_batch([1, 2], [700, 300]))
+    e = metadata(backend, decode_batch([1, 2], [700, 300]))
 
     padded = decode_batch([1, 2], [700, 300], padding=2)
     backend.init_forward_metadata_out_graph(padded)
-    g = backend._decode_metadata(padded, backend._width)
+    g = metadata(backend, padded, backend._width)
     assert g.pages.shape == (4, WIDTH // 64) and e.pages.shape == (2, 11)
     assert torch.equal(g.pages[:2, :e.pages.shape[1]], e.pages)
     for name in ("seq_lens", "stream_rows", "kpos", "block_lo", "block_hi", "qpos"):
@@ -67,9 +73,9 @@ def test_padding_rows_read_nothing_whatever_their_stale_row(backend):
     batch = decode_batch([2], [300], padding=2)
     batch.req_pool_indices[1:] = 1  # row 1 holds a live 700-token sequence
     backend.init_forward_metadata_out_graph(batch)
-    g = backend._decode_metadata(batch, backend._width)
+    g = metadata(backend, batch, backend._width)
     assert (g.pages[1:] == 0).all() and (g.kpos[1:] == -1).all() and (g.block_hi[1:] == -1).all()
-    assert torch.equal(g.kpos[0], backend._decode_metadata(decode_batch([2], [300])).kpos[0])
+    assert torch.equal(g.kpos[0], metadata(backend, decode_batch([2], [300])).kpos[0])
 
 
 def test_capture_skips_bookkeeping_replay_runs_it(backend):

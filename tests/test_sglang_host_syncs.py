@@ -146,6 +146,8 @@ def per_layer(launches) -> list[list[str]]:
 def extend(backend, reads, prefix: int, chunk: int, answers=()):
     batch = NS(forward_mode=ForwardMode.EXTEND, req_pool_indices=torch.tensor([1], device="cuda"),
                extend_prefix_lens_cpu=[prefix], extend_seq_lens_cpu=[chunk],
+               extend_seq_lens=torch.tensor([chunk], device="cuda"),
+               positions=torch.arange(prefix, prefix + chunk, device="cuda"),
                out_cache_loc=torch.zeros(chunk, dtype=torch.int64, device="cuda"))
     reads.reads.clear()  # the inputs SGLang hands over
     reads.where = "metadata"
@@ -164,6 +166,34 @@ def test_extend_layers_make_no_host_sync(gpu, prefix, chunk):
     assert {"write_kernel", "prefill_kernel", "stream_kernel"} <= set(first)
     assert all(names == first for names in others)
 
+
+class RecordedGraphs:
+    """``short_extends.CudaGraphs``' contract on fake CUDA: a capture runs the call (its launches recorded where the
+    capture happens), a replay is recorded as one launch, "replay"."""
+
+    def __init__(self, reads: HostReads, launches: list):
+        self.reads, self.launches = reads, launches
+
+    def __call__(self, fn, bucket: int):
+        return NS(replay=lambda: self.launches.append((self.reads.where, "replay"))), fn()
+
+
+def test_short_extend_layers_are_one_replay_each(gpu):
+    """A question on a cached prefix as decode rows: once its bucket's graphs are captured (the first question runs
+    the decode kernels), a later question's layers each replay one graph, with no host sync and no other launch (a
+    few copies of its q, k, v into the graph's inputs)."""
+    from sglang_hs.short_extends import ShortExtends
+
+    reads, launches = gpu
+    backend = make_backend(reads, 4096 + 128)
+    backend.short_extends = ShortExtends(backend, 64, capture=RecordedGraphs(reads, launches))
+    extend(backend, reads, 4096, 64)
+    assert {"write_kernel", "cuda_decode", "stream_kernel"} <= set(per_layer(launches)[0])
+    launches.clear()
+    extend(backend, reads, 4096 + 64, 40)
+    assert [where for where in reads.reads if where != "metadata"] == []
+    assert per_layer(launches) == [["replay"]] * LAYERS
+    assert [name for where, name in launches if where == "metadata"] == ["replay"]
 
 
 class Gathers(TorchDispatchMode):

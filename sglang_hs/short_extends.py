@@ -1,0 +1,122 @@
+"""Short extends replayed from CUDA graphs (``--hs-extend-graph-tokens N``).
+
+An eager extend layer costs the host about 0.7 ms whatever its size (five Triton launches and the Python around
+them; sglang_hs/BENCHMARKS.md, thirty-fourth session), so a 64-token question on a cached 4K prefix took three times
+stock SGLang's time to its first token. An extend of at most N tokens whose sequences all continue a cached prefix,
+with no chunk block pruned in flight, runs instead as decode rows, one per query token (``HSAttnBackend.decode_layer``:
+the tokens' K/V written, then the decode kernels over each row's blocks and the streaming kernel over its sink and
+window). Those are the keys the prefill path reads, through work that depends on device tensors only: per bucket of
+rows (8, 16, ... N) the rows' metadata and each layer are captured once in CUDA graphs and then replayed, a few copies
+and one replay a layer. No query tile shares a row's reads, so a batch qualifies only while the blocks its rows read
+stay within ``MAX_ROW_BLOCKS``.
+"""
+
+from __future__ import annotations
+
+import torch
+from hs_kernels import BLOCK_SIZE
+
+from .ranges import ranged
+
+MIN_ROWS = 8
+MAX_ROW_BLOCKS = 1 << 13  # over all rows, the blocks each reads: 64 tokens on 8K
+
+
+def bucket_sizes(max_tokens: int) -> list[int]:
+    """Row counts that graphs are captured for: powers of two from ``MIN_ROWS`` below ``max_tokens``, then it."""
+    sizes = []
+    while (size := MIN_ROWS << len(sizes)) < max_tokens:
+        sizes.append(size)
+    return sizes + [max_tokens]
+
+
+class CudaGraphs:
+    """Captures calls into CUDA graphs, one memory pool per bucket (a bucket's graphs replay in the order they were
+    captured: the metadata, then layer after layer)."""
+
+    def __init__(self):
+        self.pools = {}
+
+    def __call__(self, fn, bucket: int):
+        """``fn()`` run once (its kernels compile and load outside the capture), then captured: ``(graph, the
+        captured call's outputs)``, which hold results only once the graph is replayed. Only this thread's CUDA
+        calls are checked while capturing (SGLang's other threads go on)."""
+        fn()
+        if bucket not in self.pools:
+            self.pools[bucket] = torch.cuda.graph_pool_handle()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self.pools[bucket], capture_error_mode="thread_local"):
+            out = fn()
+        return graph, out
+
+
+class RowBucket:
+    """Static inputs of ``size`` decode rows and the graphs that read them: request rows and sequence lengths (the
+    metadata graph's), token locations and q, k, v (each layer graph's). Rows past ``tokens`` are padding: length 1,
+    written to SGLang's padding page 0."""
+
+    def __init__(self, size: int, device):
+        self.size = size
+        self.tokens = 0
+        self.req_rows = torch.zeros(size, dtype=torch.int64, device=device)
+        self.seq_lens = torch.ones(size, dtype=torch.int64, device=device)
+        self.locs = torch.zeros(size, dtype=torch.int64, device=device)
+        self.qkv = None  # [size, heads, D] each, at the first layer
+        self.step = None  # (graph, DecodeStep)
+        self.layers = {}  # layer id -> (graph, out [size, H_q, D])
+
+
+class ShortExtends:
+    """The backend's short extends: ``begin`` before a forward (the bucket, or None where the extend does not
+    qualify), ``layer`` for each of its layers. ``capture``: ``CudaGraphs``' contract."""
+
+    def __init__(self, backend, max_tokens: int, capture=None):
+        self.backend = backend
+        self.max_tokens = max_tokens
+        self.capture = capture or CudaGraphs()
+        self.buckets = {size: None for size in bucket_sizes(max_tokens)}
+
+    def fits(self, prefixes: list[int], lengths: list[int]) -> bool:
+        """Whether an extend of sequences ``lengths`` tokens long after ``prefixes`` runs as decode rows."""
+        pairs = list(zip(prefixes, lengths))
+        return (0 < sum(lengths) <= self.max_tokens and min(prefixes) > 0
+                and not any(self.backend.prunes_chunk(op, p, p + t) for p, t in pairs for op in ("k", "v"))
+                and sum(t * -(-(p + t) // BLOCK_SIZE) for p, t in pairs) <= MAX_ROW_BLOCKS)
+
+    @ranged("hs.short_extend_begin")
+    def begin(self, forward_batch) -> RowBucket | None:
+        prefixes = [int(p) for p in forward_batch.extend_prefix_lens_cpu]
+        lengths = [int(t) for t in forward_batch.extend_seq_lens_cpu]
+        if forward_batch.positions.dim() != 1 or not self.fits(prefixes, lengths):
+            return None
+        tokens = sum(lengths)
+        size = min(s for s in self.buckets if s >= tokens)
+        bucket = self.buckets[size] = self.buckets[size] or RowBucket(size, forward_batch.positions.device)
+        bucket.tokens = tokens
+        bucket.req_rows[:tokens] = torch.repeat_interleave(forward_batch.req_pool_indices, forward_batch.extend_seq_lens,
+                                                           output_size=tokens)
+        bucket.seq_lens[:tokens] = forward_batch.positions + 1
+        bucket.seq_lens[tokens:] = 1
+        bucket.locs[:tokens] = forward_batch.out_cache_loc
+        bucket.locs[tokens:] = 0  # never an earlier forward's locations
+        if bucket.step is None:
+            bucket.step = self.capture(
+                lambda: self.backend.step_metadata(bucket.req_rows, bucket.seq_lens, self.backend.max_blocks), size)
+        bucket.step[0].replay()
+        return bucket
+
+    @ranged("hs.short_extend_layer")
+    def layer(self, bucket: RowBucket, q, k, v, layer) -> torch.Tensor:
+        """The layer's output ``[T, H_q * D]`` for the extend's q, k, v (``[T, heads * D]``), its K/V saved."""
+        t, d = bucket.tokens, layer.qk_head_dim
+        if bucket.qkv is None:
+            bucket.qkv = tuple(q.new_zeros(bucket.size, h, d)
+                               for h in (layer.tp_q_head_num, layer.tp_k_head_num, layer.tp_k_head_num))
+        for static, x in zip(bucket.qkv, (q, k, v)):
+            static[:t] = x.reshape(t, -1, d)
+        entry = bucket.layers.get(layer.layer_id)
+        if entry is None:
+            entry = bucket.layers[layer.layer_id] = self.capture(
+                lambda: self.backend.decode_layer(*bucket.qkv, layer, bucket.locs, bucket.step[1]), bucket.size)
+        entry[0].replay()
+        return entry[1][:t].reshape(t, -1)

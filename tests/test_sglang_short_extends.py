@@ -1,0 +1,83 @@
+"""Short extends as decode rows (``sglang_hs.short_extends``), on CPU: the real backend and pool, the reference
+kernels, graphs stood in by ``EagerGraphs`` (CUDA graphs themselves: tests/test_sglang_gpu_short_extends.py).
+
+A question on a cached prefix computes, layer by layer, what the eager extend computes, and leaves the pool as it
+does; the graphs of a bucket are captured once and replayed by later extends of other lengths, sequences and
+prefixes (static inputs refreshed, padding rows reading and writing nothing of theirs); extends that the rows would
+read too much for, or whose chunk is pruned in flight, or that start a sequence, stay eager."""
+
+import pytest
+import torch
+
+pytest.importorskip("sglang")
+
+from short_extend_cases import EagerGraphs, cache_prefix, make_backend, run_extend  # noqa: E402
+
+from sglang_hs.short_extends import MAX_ROW_BLOCKS, ShortExtends, bucket_sizes  # noqa: E402
+
+
+@pytest.fixture
+def backend():
+    """Request rows 1 and 2 with cached prefixes of 1000 and 700 tokens (room for 200 more each)."""
+    b = make_backend()
+    gen = torch.Generator().manual_seed(0)
+    cache_prefix(b, 1, 1, 1000, 200, gen)
+    cache_prefix(b, 2, 40, 700, 200, gen)
+    assert b.pool.block_counts()["sparse_blocks"] > 0  # the prefixes are read through 2:4 blocks too
+    return b
+
+
+def both_ways(backend, seqs, seed):
+    """The extend's layer outputs and the pool's tensors after it, eager and as decode rows."""
+    pool_state = lambda: [x.clone() for s in backend.pool.layers for x in (*(getattr(p, a) for p in s.pools.values() for a in ("dense", "values", "meta")), s.stream_k, s.stream_v)]  # noqa: E731
+    rows, backend.short_extends = backend.short_extends, None
+    eager = run_extend(backend, seqs, torch.Generator().manual_seed(seed))
+    eager_pool = pool_state()
+    backend.short_extends = rows
+    graphed = run_extend(backend, seqs, torch.Generator().manual_seed(seed))
+    rows = backend._rows
+    assert rows is not None and rows.tokens == sum(t for _, _, t in seqs)
+    step = rows.step[1]  # padding rows read nothing (no work a graph replays for nothing)
+    assert (step.pages[rows.tokens:] == 0).all() and (step.kpos[rows.tokens:] == -1).all()
+    for a, b in zip(eager_pool, pool_state()):
+        assert torch.equal(a, b)
+    return eager, graphed
+
+
+def test_questions_compute_what_the_eager_extend_does_and_replay_their_bucket(backend):
+    graphs = EagerGraphs()
+    backend.short_extends = ShortExtends(backend, 64, capture=graphs)
+    cases = [
+        [(1, 1000, 40)],                     # a question on a prefix ending inside a block: bucket 64
+        [(2, 700, 1), (1, 1040, 33)],        # two sequences, one token and 33 after the first question: 64 again
+        [(2, 701, 9)],                       # bucket 16
+        [(1, 1073, 3)],                      # bucket 8
+        [(2, 710, 12)],                      # bucket 16 again, a shorter question: padding rows
+    ]
+    for seed, seqs in enumerate(cases):
+        eager, graphed = both_ways(backend, seqs, seed)
+        for a, b in zip(eager, graphed):
+            assert a.shape == b.shape and torch.allclose(a, b, atol=1e-5, rtol=1e-4)
+    layers = len(backend.pool.layers)
+    assert graphs.captured == [64] * (1 + layers) + [16] * (1 + layers) + [8] * (1 + layers)
+
+
+def test_which_extends_run_as_rows(backend):
+    short = ShortExtends(backend, 512)
+    assert bucket_sizes(512) == [8, 16, 32, 64, 128, 256, 512] and bucket_sizes(100) == [8, 16, 32, 64, 100]
+    assert bucket_sizes(8) == [8] and bucket_sizes(3) == [3]
+    assert short.fits([1000], [64]) and short.fits([700, 1000], [1, 63])
+    assert not short.fits([0], [64])                    # a prompt without a cached prefix
+    assert not short.fits([1000, 0], [32, 32])
+    assert not short.fits([1000], [513])                # more tokens than graphs are captured for
+    assert short.fits([1000], [128])                    # within the window: nothing of the chunk is pruned
+    assert not short.fits([1000], [500])                # 2:4 prefill on the chunk's older blocks
+    blocks = MAX_ROW_BLOCKS // 64
+    assert short.fits([blocks * 64 - 64], [64]) and not short.fits([blocks * 64], [64])  # the rows' reads
+
+
+def test_an_extend_that_does_not_fit_stays_eager(backend):
+    graphs = EagerGraphs()
+    backend.short_extends = ShortExtends(backend, 16, capture=graphs)
+    run_extend(backend, [(1, 1000, 40)], torch.Generator().manual_seed(0))
+    assert backend._rows is None and graphs.captured == []
