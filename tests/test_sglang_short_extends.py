@@ -81,3 +81,24 @@ def test_an_extend_that_does_not_fit_stays_eager(backend):
     backend.short_extends = ShortExtends(backend, 16, capture=graphs)
     run_extend(backend, [(1, 1000, 40)], torch.Generator().manual_seed(0))
     assert backend._rows is None and graphs.captured == []
+
+
+def test_a_padded_extend_stays_eager(backend):
+    """q, k, v with more rows than the extend's tokens (SGLang's padding): the eager path, which keeps their rows."""
+    from short_extend_cases import extend_batch, layer
+
+    graphs = EagerGraphs()
+    backend.short_extends = ShortExtends(backend, 64, capture=graphs)
+    batch = extend_batch(backend, [(1, 1000, 40)])
+    backend.init_forward_metadata(batch)
+    assert backend._rows is not None
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(48, h * 64, generator=gen) for h in (8, 4, 4))
+    locs = batch.out_cache_loc
+    batch.out_cache_loc = torch.cat([locs, torch.zeros(8, dtype=locs.dtype)])  # padding writes to page 0
+    out = backend.forward_extend(q, k, v, layer(0), batch)
+    assert out.shape == (48, 8 * 64) and graphs.captured == [64]  # the metadata's graph only
+    batch.out_cache_loc = locs
+    want = backend.forward_extend(q[:40], k[:40], v[:40], layer(0), batch)
+    assert graphs.captured == [64, 64]  # the unpadded call: the layer's graph
+    assert torch.allclose(out[:40], want, atol=1e-5, rtol=1e-4)
