@@ -1,7 +1,8 @@
 # End-to-end A/B on the GPU machine: python -m sglang_hs.bench_e2e once per variant, in the order given (repeat a
 # name to alternate), then one summary line per run. A variant is a source tree holding kernels/ and sglang_hs/ ("."
 # for this checkout; else a directory, e.g. .scratch/main after `git archive REV kernels sglang_hs | tar -x -C
-# .scratch/main`), served as hs; "stock" is stock SGLang. Source scripts/device_env.sh first (it links /tmp/pp).
+# .scratch/main`), served as hs, with hs flags after an @ (no spaces: `.@--hs-extend-graph-tokens=64`); "stock" is
+# stock SGLang. Source scripts/device_env.sh first (it links /tmp/pp).
 #   bash scripts/e2e_ab.sh OUT VARIANT... -- BENCH_E2E_FLAGS...   (each run's log, results.json, server log and
 #   --profile-steps tables under OUT)
 out=$1; shift
@@ -13,13 +14,16 @@ root=$PWD
 i=0
 for v in "${variants[@]}"; do
   i=$((i + 1))
-  name=r$i-$(basename "$v")
+  tree=${v%%@*}
+  hs_flags=${v#"$tree"}
+  hs_flags=${hs_flags#@}
   engine=hs
-  if [ "$v" = stock ]; then engine=stock; src=$root; else src=$(cd "$v" && pwd); fi
+  if [ "$v" = stock ]; then engine=stock; src=$root; name=r$i-stock
+  else src=$(cd "$tree" && pwd); name=r$i-$(basename "$src")${hs_flags:+-flags}; fi
   ln -sfn "$src/sglang_hs" /tmp/pp/sglang_hs
   ln -sfn "$src/kernels" /tmp/pp/hs_kernels
   (cd /tmp && timeout "${RUN_TIMEOUT:-240}" python -m sglang_hs.bench_e2e --shape llama-3.1-8b --out "/tmp/ab-$name" \
-    --engines $engine "$@" > "$out/$name.log" 2>&1)
+    --engines $engine --hs-flags="$hs_flags" "$@" > "$out/$name.log" 2>&1)
   echo "$name rc $? $(date -u +%T)"
   cp "/tmp/ab-$name/results.json" "$out/$name.json" 2>/dev/null
   cp "/tmp/ab-$name/$engine.log" "$out/$name.server.log" 2>/dev/null
