@@ -1,6 +1,6 @@
 """Host time of the hs attention backend per layer, without a server: python -m sglang_hs.probe_host
 [--prefix 4096] [--question 64] [--layers 32] [--kv-heads 8] [--group 4] [--head-dim 128] [--repeats 20] [--profile N]
-[--device cuda] [--dtype bfloat16]
+[--device cuda] [--dtype bfloat16] [--row-blocks N]
 
 The backend and pool the server runs (the recipe's sparsity, sink and window; half the KV groups of every layer
 retrieval groups) hold one sequence: a ``--prefix``-token prefix written and compressed as the radix cache leaves it.
@@ -35,7 +35,7 @@ from sglang.srt.model_executor.forward_batch_info import ForwardMode
 from .backend import HSAttnBackend
 from .kv_pool import HSKVPool
 from .settings import HSSettings, LayerGroups, load_recipe
-from .short_extends import MIN_ROWS, ShortExtends
+from .short_extends import MAX_ROW_BLOCKS, MIN_ROWS, ShortExtends
 from .stats import HSStats
 
 ROW = 1  # the sequence's row of req_to_token
@@ -126,7 +126,7 @@ def steps(args, backend: HSAttnBackend, locs: torch.Tensor) -> dict:
         for layer in model:
             backend.forward_extend(q, k, v, layer, question)
 
-    short = ShortExtends(backend, max(t, MIN_ROWS)) if args.device != "cpu" else None
+    short = ShortExtends(backend, max(t, MIN_ROWS), max_row_blocks=args.row_blocks) if args.device != "cpu" else None
 
     def hs_question_rows():
         backend.short_extends = short
@@ -210,6 +210,8 @@ def parse(argv=None) -> argparse.Namespace:
     ap.add_argument("--head-dim", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--profile", type=int, default=0, metavar="N")
+    ap.add_argument("--row-blocks", type=int, default=MAX_ROW_BLOCKS,
+                    help="short extends' bound on the blocks a question's rows read (the question runs as rows within it)")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"))
     args = ap.parse_args(argv)

@@ -68,11 +68,12 @@ class RowBucket:
 
 class ShortExtends:
     """The backend's short extends: ``begin`` before a forward (the bucket, or None where the extend does not
-    qualify), ``layer`` for each of its layers. ``capture``: ``CudaGraphs``' contract."""
+    qualify), ``layer`` for each of its layers. ``capture``: ``CudaGraphs``' contract; ``max_row_blocks``: the bound on
+    the blocks an extend's rows read."""
 
-    def __init__(self, backend, max_tokens: int, capture=None):
+    def __init__(self, backend, max_tokens: int, capture=None, max_row_blocks: int = MAX_ROW_BLOCKS):
         self.backend = backend
-        self.max_tokens = max_tokens
+        self.max_tokens, self.max_row_blocks = max_tokens, max_row_blocks
         self.capture = capture or CudaGraphs()
         self.buckets = {size: None for size in bucket_sizes(max_tokens)}
 
@@ -81,7 +82,7 @@ class ShortExtends:
         pairs = list(zip(prefixes, lengths))
         return (0 < sum(lengths) <= self.max_tokens and min(prefixes) > 0
                 and not any(self.backend.prunes_chunk(op, p, p + t) for p, t in pairs for op in ("k", "v"))
-                and sum(t * -(-(p + t) // BLOCK_SIZE) for p, t in pairs) <= MAX_ROW_BLOCKS)
+                and sum(t * -(-(p + t) // BLOCK_SIZE) for p, t in pairs) <= self.max_row_blocks)
 
     @ranged("hs.short_extend_begin")
     def begin(self, forward_batch) -> RowBucket | None:

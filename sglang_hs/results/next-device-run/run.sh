@@ -30,9 +30,11 @@ fi
 if [ "$1" = 2 ]; then
   timeout 150 python -m pytest -q -m gpu tests/test_sglang_gpu_short_extends.py > $OUT/short-extends-tests.log 2>&1
   echo "short extends tests rc $?"; tail -1 $OUT/short-extends-tests.log
-  for q in 64 16; do
-    timeout 60 python -m sglang_hs.probe_host --repeats 30 --question $q > $OUT/probe-q$q.txt 2>&1
-    grep -E '^\| question|over the floor' $OUT/probe-q$q.txt
+  # where rows stop paying (MAX_ROW_BLOCKS, 8192 blocks read: 64 tokens on 8K): the bound lifted, GPU total both ways
+  for pq in 4096:64 16384:64 32768:16; do
+    timeout 60 python -m sglang_hs.probe_host --repeats 20 --prefix ${pq%:*} --question ${pq#*:} --row-blocks 100000 \
+      > $OUT/probe-$pq.txt 2>&1
+    echo "$pq: $(grep -E '^\| question, hs' $OUT/probe-$pq.txt | tr '\n' ' ')"
   done
   RUN_TIMEOUT=200 bash scripts/e2e_ab.sh $OUT/e2e $ROWS . -- $F -- --cuda-graph-max-bs-decode 16
   echo "elapsed $SECONDS s"; exit 0
