@@ -28,7 +28,7 @@ if [ "$1" = 1 ]; then
   exit 0
 fi
 if [ "$1" = 2 ]; then
-  timeout 150 python -m pytest -q -m gpu tests/test_sglang_gpu_short_extends.py > $OUT/short-extends-tests.log 2>&1
+  timeout 300 python -m pytest -q -m gpu tests/test_sglang_gpu_short_extends.py > $OUT/short-extends-tests.log 2>&1
   echo "short extends tests rc $?"; tail -1 $OUT/short-extends-tests.log
   # where rows stop paying (MAX_ROW_BLOCKS, 8192 blocks read: 64 tokens on 8K): the bound lifted, GPU total both ways
   for pq in 4096:64 16384:64 32768:16; do
