@@ -155,12 +155,12 @@ def test_token_ids_outside_the_vocabulary_are_refused_and_server_stays_up(server
 
 def test_warmup_ran_the_prefill_shapes_before_listening(server):
     """The hs_prefill warm-up: a prompt of two 256-token chunks and a 128-token tail (its chunks read a prefix of
-    their own), then prompts of 1-128 tokens alone and as questions on its cached prefix, and a question on the
-    128-token prompt, all before the first request was accepted."""
+    their own), then prompts of 1-128 tokens alone and as questions on its cached prefix, and questions of as many
+    lengths on the 128-token prompt, all before the first request was accepted."""
     base, _ = server
     text = server_logs[base].read_text(errors="replace")
     done = text.index("hs: hs_prefill warm-up done (a 640-token prompt, then prompts of 1/2/4/8/16/32/64/128 tokens, "
-                      "alone and on its cached prefix, and a question on the last)")
+                      "alone and on its cached prefix, and as many questions on the last)")
     assert text.index("Running warmup hs_prefill") < done
     assert "Could not find custom warmup" not in text
 
