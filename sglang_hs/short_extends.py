@@ -86,6 +86,8 @@ class ShortExtends:
 
     @ranged("hs.short_extend_begin")
     def begin(self, forward_batch) -> RowBucket | None:
+        """The extend's bucket, its static inputs filled and its rows' metadata replayed (captured at the bucket's
+        first use); None where the extend does not qualify (``fits``)."""
         prefixes = [int(p) for p in forward_batch.extend_prefix_lens_cpu]
         lengths = [int(t) for t in forward_batch.extend_seq_lens_cpu]
         if forward_batch.positions.dim() != 1 or not self.fits(prefixes, lengths):
