@@ -1,4 +1,5 @@
-"""Backends with cached prefixes, for the short-extend tests (tests/test_sglang_short_extends.py on CPU,
+"""Backends with cached prefixes (layers of both kinds, in either order, of retrieval groups only, of streaming
+groups only), for the short-extend tests (tests/test_sglang_short_extends.py on CPU,
 tests/test_sglang_gpu_short_extends.py on the GPU): the real backend and pool, prefixes prefilled through the
 backend itself, then compressed and trimmed as the radix cache leaves them; questions run as SGLang hands an extend
 over."""
@@ -14,7 +15,7 @@ from sglang_hs.settings import LayerGroups
 from sglang_hs.testing import small_pool
 
 H_KV, GROUP, D, SINK, WINDOW = 4, 2, 64, 64, 128
-GROUPS = [LayerGroups((0, 1), (2, 3)), LayerGroups((1, 3), (0, 2)), LayerGroups((0, 1, 2, 3), ())]
+GROUPS = [LayerGroups((0, 1), (2, 3)), LayerGroups((1, 3), (0, 2)), LayerGroups((0, 1, 2, 3), ()), LayerGroups((), (0, 1, 2, 3))]
 PAGES, WIDTH = 90, 2048  # pool pages; req_to_token columns
 
 
