@@ -96,8 +96,8 @@ class ShortExtends:
         size = min(s for s in self.buckets if s >= tokens)
         bucket = self.buckets[size] = self.buckets[size] or RowBucket(size, forward_batch.positions.device)
         bucket.tokens = tokens
-        bucket.req_rows[:tokens] = torch.repeat_interleave(forward_batch.req_pool_indices, forward_batch.extend_seq_lens,
-                                                           output_size=tokens)
+        bucket.req_rows[:tokens] = torch.repeat_interleave(
+            forward_batch.req_pool_indices, forward_batch.extend_seq_lens, output_size=tokens)
         bucket.seq_lens[:tokens] = forward_batch.positions + 1
         bucket.seq_lens[tokens:] = 1
         bucket.locs[:tokens] = forward_batch.out_cache_loc

@@ -15,7 +15,8 @@ from sglang_hs.settings import LayerGroups
 from sglang_hs.testing import small_pool
 
 H_KV, GROUP, D, SINK, WINDOW = 4, 2, 64, 64, 128
-GROUPS = [LayerGroups((0, 1), (2, 3)), LayerGroups((1, 3), (0, 2)), LayerGroups((0, 1, 2, 3), ()), LayerGroups((), (0, 1, 2, 3))]
+GROUPS = [LayerGroups((0, 1), (2, 3)), LayerGroups((1, 3), (0, 2)), LayerGroups((0, 1, 2, 3), ()),
+          LayerGroups((), (0, 1, 2, 3))]
 PAGES, WIDTH = 90, 2048  # pool pages; req_to_token columns
 
 
@@ -38,9 +39,11 @@ def layer(i: int, d: int = D):
               scaling=d ** -0.5, is_cross_attention=False, logit_cap=0, sliding_window_size=-1)
 
 
-def make_backend(device: str = "cpu", dtype=torch.float32, head_dim: int = D) -> HSAttnBackend:
+def make_backend(device: str = "cpu", dtype=torch.float32, head_dim: int = D,
+                 extend_graph_tokens: int = 0) -> HSAttnBackend:
     pool = small_pool(GROUPS, 1.0, 1.0, PAGES, dense_reserve=1.0, head_dim=head_dim, sink=SINK, window=WINDOW,
                       dtype=dtype, device=device)
+    pool.settings.extend_graph_tokens = extend_graph_tokens
     req_to_token = torch.zeros(4, WIDTH, dtype=torch.int32, device=device)
     runner = NS(device=device, req_to_token_pool=NS(req_to_token=req_to_token), token_to_kv_pool=pool,
                 model_config=NS(num_attention_heads=H_KV * GROUP, num_key_value_heads=H_KV))
@@ -54,7 +57,8 @@ def extend_batch(backend, seqs):
     positions = torch.cat([torch.arange(p, p + t, device=device) for _, p, t in seqs])
     return NS(forward_mode=ForwardMode.EXTEND, req_pool_indices=torch.tensor([s[0] for s in seqs], device=device),
               extend_prefix_lens_cpu=[s[1] for s in seqs], extend_seq_lens_cpu=[s[2] for s in seqs],
-              extend_seq_lens=torch.tensor([s[2] for s in seqs], device=device), positions=positions, out_cache_loc=locs)
+              extend_seq_lens=torch.tensor([s[2] for s in seqs], device=device), positions=positions,
+              out_cache_loc=locs)
 
 
 def run_extend(backend, seqs, gen):

@@ -102,3 +102,9 @@ def test_a_padded_extend_stays_eager(backend):
     want = backend.forward_extend(q[:40], k[:40], v[:40], layer(0), batch)
     assert graphs.captured == [64, 64]  # the unpadded call: the layer's graph
     assert torch.allclose(out[:40], want, atol=1e-5, rtol=1e-4)
+
+
+def test_the_flag_is_ignored_with_a_warning_on_the_cpu(caplog):
+    with caplog.at_level("WARNING", logger="sglang_hs"):
+        backend = make_backend(extend_graph_tokens=64)
+    assert backend.short_extends is None and "--hs-extend-graph-tokens ignored" in caplog.text
