@@ -342,7 +342,9 @@ class HSAttnBackend(AttentionBackend):
     def forward_extend(self, q, k, v, layer, forward_batch, save_kv_cache=True, **kwargs):
         self._check_layer(layer)
         if self._rows is not None and save_kv_cache and k is not None and q.shape[0] == self._rows.tokens:
-            return self.short_extends.layer(self._rows, q, k, v, layer)
+            out = self.short_extends.layer(self._rows, q, k, v, layer)
+            if out is not None:
+                return out
         self._save(layer, forward_batch.out_cache_loc if save_kv_cache else None, k, v)
         store = self.pool.layer(layer.layer_id)
         heads_r, heads_s = self._query_heads(layer, store)

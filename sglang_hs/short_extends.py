@@ -13,10 +13,14 @@ stay within ``MAX_ROW_BLOCKS``.
 
 from __future__ import annotations
 
+import logging
+
 import torch
 from hs_kernels import BLOCK_SIZE
 
 from .ranges import ranged
+
+logger = logging.getLogger("sglang_hs")
 
 MIN_ROWS = 8
 MAX_ROW_BLOCKS = 1 << 13  # over all rows, the blocks each reads: 64 tokens on 8K
@@ -64,6 +68,7 @@ class RowBucket:
         self.qkv = None  # [size, heads, D] each, at the first layer
         self.step = None  # (graph, DecodeStep)
         self.layers = {}  # layer id -> (graph, out [size, H_q, D])
+        self.failed = False  # a capture failed: the bucket's extends run eagerly
 
 
 class ShortExtends:
@@ -95,6 +100,8 @@ class ShortExtends:
         tokens = sum(lengths)
         size = min(s for s in self.buckets if s >= tokens)
         bucket = self.buckets[size] = self.buckets[size] or RowBucket(size, forward_batch.positions.device)
+        if bucket.failed:
+            return None
         bucket.tokens = tokens
         bucket.req_rows[:tokens] = torch.repeat_interleave(
             forward_batch.req_pool_indices, forward_batch.extend_seq_lens, output_size=tokens)
@@ -103,14 +110,19 @@ class ShortExtends:
         bucket.locs[:tokens] = forward_batch.out_cache_loc
         bucket.locs[tokens:] = 0  # never an earlier forward's locations
         if bucket.step is None:
-            bucket.step = self.capture(
-                lambda: self.backend.step_metadata(bucket.req_rows, bucket.seq_lens, self.backend.max_blocks), size)
+            bucket.step = self._capture(
+                bucket, lambda: self.backend.step_metadata(bucket.req_rows, bucket.seq_lens, self.backend.max_blocks))
+            if bucket.failed:
+                return None
         bucket.step[0].replay()
         return bucket
 
     @ranged("hs.short_extend_layer")
-    def layer(self, bucket: RowBucket, q, k, v, layer) -> torch.Tensor:
-        """The layer's output ``[T, H_q * D]`` for the extend's q, k, v (``[T, heads * D]``), its K/V saved."""
+    def layer(self, bucket: RowBucket, q, k, v, layer) -> torch.Tensor | None:
+        """The layer's output ``[T, H_q * D]`` for the extend's q, k, v (``[T, heads * D]``), its K/V saved; None
+        (nothing done: the layer runs eagerly) where the bucket's graphs failed."""
+        if bucket.failed:
+            return None
         t, d = bucket.tokens, layer.qk_head_dim
         if bucket.qkv is None:
             bucket.qkv = tuple(q.new_zeros(bucket.size, h, d)
@@ -119,7 +131,20 @@ class ShortExtends:
             static[:t] = x.reshape(t, -1, d)
         entry = bucket.layers.get(layer.layer_id)
         if entry is None:
-            entry = bucket.layers[layer.layer_id] = self.capture(
-                lambda: self.backend.decode_layer(*bucket.qkv, layer, bucket.locs, bucket.step[1]), bucket.size)
+            entry = self._capture(bucket, lambda: self.backend.decode_layer(*bucket.qkv, layer, bucket.locs,
+                                                                             bucket.step[1]))
+            if bucket.failed:
+                return None
+            bucket.layers[layer.layer_id] = entry
         entry[0].replay()
         return entry[1][:t].reshape(t, -1)
+
+    def _capture(self, bucket: RowBucket, fn):
+        """``capture(fn)`` for ``bucket``; where it fails, the bucket is given up (``failed``), with one warning."""
+        try:
+            return self.capture(fn, bucket.size)
+        except Exception as e:  # graphs only save host time: the eager extend still serves every request
+            logger.warning("hs: extends of up to %d tokens run eagerly: capturing their CUDA graph failed (%s: %s)",
+                           bucket.size, type(e).__name__, e)
+            bucket.failed = True
+            return None

@@ -27,19 +27,31 @@ def backend():
     return b
 
 
-def both_ways(backend, seqs, seed):
-    """The extend's layer outputs and the pool's tensors after it, eager and as decode rows."""
-    pool_state = lambda: [x.clone() for s in backend.pool.layers for x in (*(getattr(p, a) for p in s.pools.values() for a in ("dense", "values", "meta")), s.stream_k, s.stream_v)]  # noqa: E731
-    rows, backend.short_extends = backend.short_extends, None
+def pool_state(backend) -> list:
+    return [x.clone() for s in backend.pool.layers
+            for x in (*(getattr(p, a) for p in s.pools.values() for a in ("dense", "values", "meta")), s.stream_k, s.stream_v)]
+
+
+def both_ways_unchecked(backend, seqs, seed):
+    """The extend's layer outputs eagerly, then with the backend's short extends."""
+    short, backend.short_extends = backend.short_extends, None
     eager = run_extend(backend, seqs, torch.Generator().manual_seed(seed))
-    eager_pool = pool_state()
-    backend.short_extends = rows
-    graphed = run_extend(backend, seqs, torch.Generator().manual_seed(seed))
+    backend.short_extends = short
+    return eager, run_extend(backend, seqs, torch.Generator().manual_seed(seed))
+
+
+def both_ways(backend, seqs, seed):
+    """The extend's layer outputs, eager and as decode rows; the pool the same after either."""
+    short, backend.short_extends = backend.short_extends, None
+    run_extend(backend, seqs, torch.Generator().manual_seed(seed))
+    eager_pool = pool_state(backend)
+    backend.short_extends = short
+    eager, graphed = both_ways_unchecked(backend, seqs, seed)
     rows = backend._rows
     assert rows is not None and rows.tokens == sum(t for _, _, t in seqs)
     step = rows.step[1]  # padding rows read nothing (no work a graph replays for nothing)
     assert (step.pages[rows.tokens:] == 0).all() and (step.kpos[rows.tokens:] == -1).all()
-    for a, b in zip(eager_pool, pool_state()):
+    for a, b in zip(eager_pool, pool_state(backend)):
         assert torch.equal(a, b)
     return eager, graphed
 
@@ -108,3 +120,33 @@ def test_the_flag_is_ignored_with_a_warning_on_the_cpu(caplog):
     with caplog.at_level("WARNING", logger="sglang_hs"):
         backend = make_backend(extend_graph_tokens=64)
     assert backend.short_extends is None and "--hs-extend-graph-tokens ignored" in caplog.text
+
+
+class FailingGraphs(EagerGraphs):
+    """``EagerGraphs`` whose capture number ``fail_at`` (from 0) raises, as a capture the CUDA driver refuses."""
+
+    def __init__(self, fail_at: int):
+        super().__init__()
+        self.fail_at, self.calls = fail_at, 0
+
+    def __call__(self, fn, bucket: int):
+        self.calls += 1
+        if self.calls - 1 == self.fail_at:
+            raise RuntimeError("operation not permitted when stream is capturing")
+        return super().__call__(fn, bucket)
+
+
+@pytest.mark.parametrize("fail_at", [0, 2])  # the metadata's capture; a layer's, mid-forward
+def test_a_failed_capture_leaves_the_bucket_eager(backend, caplog, fail_at):
+    graphs = FailingGraphs(fail_at)
+    backend.short_extends = ShortExtends(backend, 64, capture=graphs)
+    with caplog.at_level("WARNING", logger="sglang_hs"):
+        eager, graphed = both_ways_unchecked(backend, [(1, 1000, 40)], 0)
+    for a, b in zip(eager, graphed):
+        assert torch.allclose(a, b, atol=1e-5, rtol=1e-4)
+    assert "capturing their CUDA graph failed (RuntimeError" in caplog.text
+    calls = graphs.calls
+    run_extend(backend, [(1, 1040, 33)], torch.Generator().manual_seed(1))  # the same bucket: not tried again
+    assert backend._rows is None and graphs.calls == calls == fail_at + 1
+    run_extend(backend, [(1, 1073, 9)], torch.Generator().manual_seed(2))  # another bucket still captures
+    assert backend._rows is not None and graphs.captured[-1] == 16
