@@ -36,9 +36,9 @@ from hs_kernels import (
 from sglang.srt.layers.attention.base_attn_backend import AttentionBackend
 
 from .kv_pool import HSKVPool, LayerStore, head_index
-from .short_extends import RowBucket, ShortExtends
 from .ranges import ranged, span
 from .settings import HSSettings
+from .short_extends import RowBucket, ShortExtends
 
 logger = logging.getLogger("sglang_hs")
 NO_NVCC = ("nvcc not found (set CUDA_HOME to a CUDA toolkit): the kernels on the sparse tensor cores (the CUDA decode, and "
@@ -126,7 +126,7 @@ class HSAttnBackend(AttentionBackend):
         # whole pages covering any window
         self.sink_end = -(-self.settings.sink_tokens // BLOCK_SIZE) * BLOCK_SIZE
         self._stream_span = self.sink_end + -(-(self.settings.window_tokens + BLOCK_SIZE - 1) // BLOCK_SIZE) * BLOCK_SIZE
-        self._decode = None  # per decode step, shared by all layers (_step_metadata, at the first layer)
+        self._decode = None  # per decode step, shared by all layers (step_metadata, at the first layer)
         self._width = None  # its block width: the longest sequence's (eager), or every graph's fixed one
         self.max_blocks = -(-self.req_to_token_pool.req_to_token.shape[1] // BLOCK_SIZE)  # any request's
         self._extend: list[ExtendSeq] = []  # per extend, likewise (_extend_metadata)
