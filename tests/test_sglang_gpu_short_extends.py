@@ -13,12 +13,9 @@ from hs_kernels import gpu  # noqa: E402
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not gpu.triton_available(), reason="needs CUDA and triton")]
 
 
-def rel_err(a, b) -> float:
-    return ((a.float() - b.float()).norm() / b.float().norm()).item()
-
-
 @pytest.mark.parametrize("head_dim", [64, 128])
 def test_questions_replayed_from_graphs_match_the_eager_extend(head_dim):
+    from kv_cases import rel_err
     from short_extend_cases import cache_prefix, make_backend, run_extend
 
     from sglang_hs.short_extends import CudaGraphs, ShortExtends
