@@ -129,7 +129,8 @@ class HSAttnBackend(AttentionBackend):
         self._decode = None  # per decode step, shared by all layers (step_metadata, at the first layer)
         self._width = None  # its block width: the longest sequence's (eager), or every graph's fixed one
         self.max_blocks = -(-self.req_to_token_pool.req_to_token.shape[1] // BLOCK_SIZE)  # any request's
-        self._extend: list[ExtendSeq] = []  # per extend, likewise (_extend_metadata)
+        self._extend: list[ExtendSeq] | None = []  # per extend, likewise (_extend_metadata; None: not yet built)
+        self._extend_args: list[tuple] = []  # its sequences' (locs, start, prefix, length)
         # the reference syncs the host, which a CUDA graph cannot hold; --disable-cuda-graph turns ours off too
         graphs = on_kernels and self.settings.extend_graph_tokens and not model_runner.server_args.disable_cuda_graph
         self.short_extends = ShortExtends(self, self.settings.extend_graph_tokens) if graphs else None
@@ -142,14 +143,14 @@ class HSAttnBackend(AttentionBackend):
 
     def init_forward_metadata(self, forward_batch):
         """Eager forward. Before an extend: protect the streaming pages each request reads (its
-        window before the prefix may be shared) and resolve the layer-independent reads of each
-        sequence (``_extend_metadata``). Before a decode step: ``_decode_bookkeeping``, then the
+        window before the prefix may be shared) and, unless it runs as decode rows (``short_extends``), resolve the
+        layer-independent reads of each sequence (``_extend_metadata``). Before a decode step: ``_decode_bookkeeping``, then the
         step's layer-independent reads (``step_metadata``, at the first layer)."""
         mode = forward_batch.forward_mode
         if mode.is_extend():
             rows = forward_batch.req_pool_indices.tolist()
             req_to_token = self.req_to_token_pool.req_to_token
-            self._extend = []
+            self._extend_args = []
             self._prefilled = {}
             start = 0
             for row, p, t in zip(rows, forward_batch.extend_prefix_lens_cpu, forward_batch.extend_seq_lens_cpu):
@@ -159,10 +160,13 @@ class HSAttnBackend(AttentionBackend):
                     self.pool.register_window(row, locs, p, p + t)
                     self.pool.forget_row(row)
                     self._prefilled[row] = p + t
-                self._extend.append(self._extend_metadata(locs, start, p, t))
+                self._extend_args.append((locs, start, p, t))
                 start += t
             short = self.short_extends if not self.capturing_prefill else None
             self._rows = short.begin(forward_batch) if short else None
+            self._extend = None
+            if self._rows is None:  # decode rows read none of it
+                self._extend_seqs()
         elif mode.is_decode():
             self._decode_bookkeeping(forward_batch)
             self._width = None
@@ -276,6 +280,13 @@ class HSAttnBackend(AttentionBackend):
             sparse = select_sparse_blocks(loss, seq_len, s, cfg.sink_tokens, cfg.window_tokens)
         return hs_gpu.prune_tiles(x, op, sparse.expand(x.shape[1], -1)[:, first:first + tiles], skip)
 
+    def _extend_seqs(self) -> list[ExtendSeq]:
+        """This extend's ``ExtendSeq``s, built once: before its first layer, or where a layer of an extend that runs as
+        decode rows falls back to the eager path (padded q, a failed capture)."""
+        if self._extend is None:
+            self._extend = [self._extend_metadata(*args) for args in self._extend_args]
+        return self._extend
+
     @ranged("hs.extend_metadata")
     def _extend_metadata(self, locs: torch.Tensor, start: int, prefix: int, length: int) -> "ExtendSeq":
         """What every layer reads the same way for one sequence of an extend. Streaming keys:
@@ -354,9 +365,10 @@ class HSAttnBackend(AttentionBackend):
         v_ = v.view(-1, layer.tp_k_head_num, d)
         s = self.settings
         # one sequence and no padding: no slicing, and the kinds' outputs joined without copies
-        whole = len(self._extend) == 1 and self._extend[0].start == 0 and self._extend[0].length == q_.shape[0]
+        seqs = self._extend_seqs()
+        whole = len(seqs) == 1 and seqs[0].start == 0 and seqs[0].length == q_.shape[0]
         o = None if whole else torch.empty_like(q_)
-        for seq in self._extend:
+        for seq in seqs:
             p, n, rows = seq.prefix, seq.prefix + seq.length, slice(seq.start, seq.start + seq.length)
             qi, ki, vi = (q_, k_, v_) if whole else (q_[rows], k_[rows], v_[rows])
             parts = []
