@@ -2,7 +2,7 @@
 # kernels/results/2026-12-05-s34-fast-launch.patch, branch fast-launch). One device call, no carry needed: the patch
 # applied to a copy of this tree, then its GPU test and the suites of every kernel it launches (write, streaming,
 # prefill, the decode's merges), then the launch-path probe on both trees (this one first). Merge the patch if every
-# suite passes and the entry points' host time falls. Then measure it served (sglang_hs/results/next-device-run/run.sh
+# suite passes and the entry points' host time falls. Then measure it served (sglang_hs/results/2026-12-05-s35-h200/run.sh
 # with the patched tree as a variant). From the repository root: bash THIS_FILE
 source scripts/device_env.sh; export HS_KERNELS_CACHE=/tmp/hsk; mkdir -p $OUT
 date -u +"start %F %T UTC"; nvidia-smi --query-gpu=name --format=csv,noheader
