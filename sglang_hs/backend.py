@@ -134,9 +134,9 @@ class HSAttnBackend(AttentionBackend):
         # the reference syncs the host, which a CUDA graph cannot hold; --disable-cuda-graph turns ours off too
         graphs = on_kernels and self.settings.extend_graph_tokens and not model_runner.server_args.disable_cuda_graph
         self.short_extends = ShortExtends(self, self.settings.extend_graph_tokens) if graphs else None
-        if self.settings.extend_graph_tokens and not graphs:
-            logger.warning("hs: --hs-extend-graph-tokens ignored: short extends replay CUDA graphs of the GPU kernels "
-                           "(not on the CPU, the reference path or with --disable-cuda-graph)")
+        if self.settings.extend_graph_tokens and not graphs and self.device != "cpu":
+            logger.info("hs: short extends (--hs-extend-graph-tokens) off: they replay CUDA graphs of the GPU kernels "
+                        "(not the reference path, not with --disable-cuda-graph)")
         self._rows: RowBucket | None = None  # this extend's decode rows, where short_extends takes it
         self._prefilled: dict[int, int] = {}  # the last extend's rows -> tokens (_decode_bookkeeping)
         self.capturing_prefill = False  # SGLang is capturing prefill graphs (the plugin says so)

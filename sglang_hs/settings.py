@@ -44,7 +44,7 @@ class HSSettings:
     recipe: str
     stream_checkpoint: int = 4096
     decode_kernel: str = "auto"  # hs_kernels.decode_attention(kernel=...) for the retrieval groups
-    extend_graph_tokens: int = 0  # short extends of at most this many tokens replayed from CUDA graphs (short_extends)
+    extend_graph_tokens: int = 0  # short extends replayed from CUDA graphs up to this many tokens (resolve: 64)
     layers: list[LayerGroups] = field(default_factory=list)
     num_kv_heads: int = 0
     auto_reserve_pages: int = 0
@@ -90,6 +90,7 @@ class HSSettings:
 
 # ---- flags ----
 
+EXTEND_GRAPH_TOKENS = 64  # a 64-token question after 4K: first token 0.020 s against 0.042 eager (H200, BENCHMARKS.md)
 RESERVE_REQUESTS = 32  # running requests the auto reserve holds sinks and windows for, unless --max-running-requests says
 
 
@@ -118,7 +119,7 @@ FLAGS = {
     "--hs-dense-reserve": ("dense_reserve", fraction_or_auto, "extra dense block and stream page capacity (sinks, windows, blocks awaiting compression or trimming): 'auto' (default: two prefill chunks, one without the overlap scheduler, plus the sinks and windows of --max-running-requests requests; hs sets that to 32 when unset) or a fraction of the pool"),
     "--hs-stream-checkpoint": ("stream_checkpoint", int, "streaming groups keep their window before every multiple of this many tokens (a multiple of 64, >= window); a cached prefix is reused up to the last such point"),
     "--hs-decode-kernel": ("decode_kernel", str, "retrieval decode kernel on CUDA: 'auto' (default: 'cuda' where it applies, else 'triton'), 'cuda' (sparse tensor cores, mma.sp; built with the machine's nvcc; head_dim 64/128, at most 8 query heads per KV head) or 'triton'"),
-    "--hs-extend-graph-tokens": ("extend_graph_tokens", int, "on CUDA, extends of at most this many tokens whose requests continue a cached prefix (a question, a next turn) run as decode rows replayed from CUDA graphs, without the eager extend's host work per layer; 0 (default) off"),
+    "--hs-extend-graph-tokens": ("extend_graph_tokens", int, "on CUDA, extends of at most this many tokens whose requests continue a cached prefix (a question, a next turn) run as decode rows replayed from CUDA graphs, without the eager extend's host work per layer (default 64; 0: off)"),
     "--hs-recipe": ("recipe", str, "recipe name in recipes/ or a path to a recipe JSON (default: by model type)"),
 }
 
@@ -245,7 +246,7 @@ def resolve(model_path: str, hs_args: dict | None = None, page_size: int | None 
     decode_kernel = pick("decode_kernel", "auto")
     if decode_kernel not in DECODE_KERNELS:
         raise HSConfigError(f"--hs-decode-kernel must be one of {', '.join(DECODE_KERNELS)}, got {decode_kernel!r}")
-    extend_graph_tokens = int(pick("extend_graph_tokens", 0))
+    extend_graph_tokens = int(pick("extend_graph_tokens", EXTEND_GRAPH_TOKENS))
     if extend_graph_tokens < 0:
         raise HSConfigError(f"--hs-extend-graph-tokens must be >= 0, got {extend_graph_tokens}")
     with_window = lambda c: SparsityConfig(c.s_k, c.s_v, sink, window)  # noqa: E731

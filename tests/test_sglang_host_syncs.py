@@ -196,6 +196,21 @@ def test_short_extend_layers_are_one_replay_each(gpu):
     assert [name for where, name in launches if where == "metadata"] == ["replay"]
 
 
+@pytest.mark.parametrize("disabled", [False, True])
+def test_short_extends_follow_sglangs_cuda_graph_flag(gpu, caplog, disabled):
+    """On CUDA the default flag takes short extends, unless --disable-cuda-graph (one line says so)."""
+    reads, _ = gpu
+    pool = make_backend(reads, 1024).pool
+    pool.settings.extend_graph_tokens = 64
+    runner = NS(device="cuda", req_to_token_pool=NS(req_to_token=torch.zeros(4, 1088, dtype=torch.int32, device="cuda")),
+                token_to_kv_pool=pool, model_config=NS(num_attention_heads=H_KV * GROUP, num_key_value_heads=H_KV),
+                server_args=NS(disable_cuda_graph=disabled))
+    with caplog.at_level("INFO", logger="sglang_hs"):
+        backend = HSAttnBackend(runner)
+    assert (backend.short_extends is None) == disabled
+    assert ("short extends (--hs-extend-graph-tokens) off" in caplog.text) == disabled
+
+
 class Gathers(TorchDispatchMode):
     """Counts ``aten.index`` (a gather) per ``where`` of the host reads."""
 
