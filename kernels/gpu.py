@@ -183,9 +183,14 @@ def decode_attention(q: torch.Tensor, k_pool: BlockPool, v_pool: BlockPool,
                      k_index: torch.Tensor, v_index: torch.Tensor, seq_lens: torch.Tensor,
                      sm_scale: float | None = None, num_splits: int | None = None,
                      num_warps: int = 2, num_stages: int = 2, kernel: str = "auto",
-                     pages: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                     pages: torch.Tensor | None = None,
+                     groups: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """``hs_kernels.attention.decode_attention`` on a GPU kernel where supported (see module doc); ``pages``
     as there (the kernels read the maps through them; pages are not range-checked on the GPU path).
+    ``groups`` (with ``pages``; a hint, same results): integer ``[B]``, where consecutive rows with equal values
+    are one sequence's queries at successive lengths and share their pages (an extend's tokens run as decode rows).
+    Under "auto" the Triton kernel then reads such rows' blocks once for up to ``decode_tile_rows`` rows; the CUDA
+    kernel, asked for, reads each row's itself.
 
     ``kernel``: "auto" (the CUDA kernel where ``cuda_decode_supported`` and it builds, else Triton), "cuda"
     (raises ValueError where not supported, and the build's error where it does not build) or "triton". ``num_splits`` (optional) overrides the split-KV count;
@@ -206,16 +211,19 @@ def decode_attention(q: torch.Tensor, k_pool: BlockPool, v_pool: BlockPool,
     if seq_lens.shape != (batch,):
         raise ValueError(f"seq_lens must have shape [{batch}], got {list(seq_lens.shape)}")
     scale = _ref._scale(sm_scale, q)
-    use_cuda = kernel != "triton" and cuda_decode_supported(q, k_index) and (kernel == "cuda" or cd.built())
+    if groups is not None and pages is None:
+        raise ValueError("groups needs pages (rows of one sequence share their pages)")
+    use_cuda = (kernel == "cuda" or kernel == "auto" and groups is None and cd.built()) and cuda_decode_supported(q, k_index)
     if kernel == "cuda" and not use_cuda:
         raise ValueError(f"kernel='cuda' needs nvcc and head_dim in {cd.HEAD_DIMS} with at most {cd.MAX_GROUP} "
                          f"query heads per KV head, got head_dim {d} and {h_q // h_kv}")
     if use_cuda:
         splits = num_splits or cuda_decode_splits(batch, h_kv, max_blocks, q)
         return cuda_decode(q, k_pool, v_pool, k_index, v_index, seq_lens, scale, splits, pages=pages)
-    splits = num_splits or triton_decode_splits(batch, h_kv, max_blocks, _sm_count(q.device))
+    tiles = batch if groups is None else -(-batch // decode_tile_rows(h_q // h_kv, d))
+    splits = num_splits or triton_decode_splits(tiles, h_kv, max_blocks, _sm_count(q.device))
     return triton_decode(q, k_pool, v_pool, k_index, v_index, seq_lens, scale, splits, num_warps, num_stages,
-                         pages=pages)
+                         pages=pages, groups=groups)
 
 
 def cuda_decode(q, k_pool, v_pool, k_index, v_index, seq_lens, scale: float, splits: int, parts=None,
@@ -286,30 +294,48 @@ def combine_rows(rows: int) -> int:
     return per
 
 
+TILE_ELEMENTS = 64 * 128  # a grouped decode program's accumulator: 64 query rows at head_dim 128 (no spill at 256)
+TILE_WARPS = 4  # its warps at least: that accumulator does not fit two
+
+
+def decode_tile_rows(group: int, head_dim: int) -> int:
+    """Rows of one sequence that a grouped Triton decode program takes (``decode_attention``'s ``groups``): the
+    most, a power of two, whose ``group`` query heads each fill at most 64 tile rows and ``TILE_ELEMENTS``
+    accumulators; at least 1."""
+    rows = 1
+    while 2 * rows * group <= min(64, TILE_ELEMENTS // head_dim):
+        rows *= 2
+    return rows
+
+
 def triton_decode(q, k_pool, v_pool, k_index, v_index, seq_lens, scale: float, splits: int,
-                  num_warps: int = 2, num_stages: int = 2, parts=None, pages=None):
+                  num_warps: int = 2, num_stages: int = 2, parts=None, pages=None, groups=None,
+                  tile_rows: int | None = None):
     """Launch the Triton decode (+ combine) on checked inputs. Also runs under Triton's CPU
     interpreter (``TRITON_INTERPRET=1``, CPU tensors), which is how CI tests the kernel (there with
     the select form of the 2:4 unpack: the interpreter cannot run PTX).
     ``parts``: optional per-split workspace ``(o_part [B, H_q, splits, D], lse_part [B, H_q, splits])``
-    float32 (tests pass poisoned buffers to see that every element is written)."""
+    float32 (tests pass poisoned buffers to see that every element is written). ``groups`` (with ``pages``):
+    ``decode_attention``'s; a program then takes ``tile_rows`` rows (default ``decode_tile_rows``)."""
     from . import triton_decode as td
     from .triton_blocks import LOG2E
 
     batch, h_q, d = q.shape
     h_kv, max_blocks = k_index.shape[1], (k_index if pages is None else pages).shape[-1]
     g = h_q // h_kv
+    rows = 1 if groups is None else tile_rows or decode_tile_rows(g, d)
     o_part, lse_part = parts or (torch.empty(batch, h_q, splits, d, dtype=torch.float32, device=q.device),
                                  torch.empty(batch, h_q, splits, dtype=torch.float32, device=q.device))
-    td.decode_kernel[(splits, h_kv, batch)](
+    td.decode_kernel[(splits, h_kv, -(-batch // rows))](
         q.contiguous(), _nonempty(k_pool.dense), _nonempty(k_pool.values), _nonempty(k_pool.meta),
         _nonempty(v_pool.dense), _nonempty(v_pool.values), _nonempty(v_pool.meta),
         k_index.contiguous(), v_index.contiguous(), seq_lens.to(torch.int32).contiguous(),
         k_index if pages is None else pages.to(torch.int32).contiguous(),
-        o_part, lse_part, scale * LOG2E, max_blocks, splits,
-        H_KV=h_kv, G=g, BLOCK_H=max(16, _next_pow2(g)), D=d,
-        K_MODE=_pool_kinds(k_pool), V_MODE=_pool_kinds(v_pool), PRMT=q.is_cuda, PAGED=pages is not None,
-        num_warps=num_warps, num_stages=num_stages)
+        seq_lens if groups is None else groups.to(torch.int32).contiguous(),
+        o_part, lse_part, scale * LOG2E, max_blocks, splits, batch,
+        H_KV=h_kv, G=g, BLOCK_H=max(16, _next_pow2(rows * g)), D=d,
+        K_MODE=_pool_kinds(k_pool), V_MODE=_pool_kinds(v_pool), PRMT=q.is_cuda, PAGED=pages is not None, ROWS=rows,
+        num_warps=num_warps if rows == 1 else max(num_warps, TILE_WARPS), num_stages=num_stages)
     return _combine(q, o_part, lse_part, splits)
 
 

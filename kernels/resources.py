@@ -35,6 +35,7 @@ KNOWN_SPILLS = {"stream d128 rows 128": 612, "stream d256 rows 64": 716, "stream
                 "stream d256 rows 128 in place": 5340,
                 "decode d256 K1 V1": 8, "decode d256 K3 V3": 3202, "compress v d256": 2300,
                 "decode d256 K3 V3 paged": 3096,  # twenty-fourth session: the maps read through the pages, as above
+                "decode d256 K3 V3 paged, 8 rows a program": 236,  # thirty-sixth: 32 tile rows, the fewest that pack
                 "prefill d256 K1 V1": 248, "prefill d256 K1 V1 split": 224, "prefill d256 K2 V2": 112,
                 "prefill d256 K2 V2 split": 164, "prefill d256 K3 V3": 3248, "prefill d256 K3 V3 split": 3332,
                 "prefill d256 K1 V1 TMA": 180, "prefill d256 K2 V2 TMA": 88, "prefill d256 K3 V3 TMA": 3172,
@@ -81,8 +82,8 @@ class Usage:
 def _decode_types() -> dict:
     ptrs = dict.fromkeys(("q_ptr", "k_dense", "k_vals", "v_dense", "v_vals"), "*bf16")
     return {**ptrs, "k_meta": "*i16", "v_meta": "*i16", "k_index": "*i32", "v_index": "*i32", "seq_lens": "*i32",
-            "pages": "*i32", "o_part": "*fp32", "lse_part": "*fp32", "scale_log2": "fp32", "max_blocks": "i32",
-            "splits": "i32"}
+            "pages": "*i32", "groups": "*i32", "o_part": "*fp32", "lse_part": "*fp32", "scale_log2": "fp32",
+            "max_blocks": "i32", "splits": "i32", "batch": "i32"}
 
 
 def _prefill_types() -> dict:
@@ -119,8 +120,12 @@ def variants() -> list[Variant]:
             for paged in (False, True):  # serving reads its pool's maps through the pages
                 out.append(Variant(f"decode d{d} K{k_mode} V{v_mode}{' paged' if paged else ''}", "triton_decode",
                                    "decode_kernel", _decode_types(), dict(H_KV=8, G=4, BLOCK_H=16, D=d, K_MODE=k_mode,
-                                                                          V_MODE=v_mode, PRMT=True, PAGED=paged),
+                                                                          V_MODE=v_mode, PRMT=True, PAGED=paged, ROWS=1),
                                    decode_warps, decode_stages))
+        rows = gpu.decode_tile_rows(4, d)  # an extend's tokens as grouped decode rows (short extends)
+        out.append(Variant(f"decode d{d} K3 V3 paged, {rows} rows a program", "triton_decode", "decode_kernel",
+                           _decode_types(), dict(H_KV=8, G=4, BLOCK_H=4 * rows, D=d, K_MODE=3, V_MODE=3, PRMT=True,
+                                                 PAGED=True, ROWS=rows), max(decode_warps, gpu.TILE_WARPS), decode_stages))
         combine = {"o_part": "*fp32", "lse_part": "*fp32", "out": "*bf16", "lse_out": "*fp32", "rows": "i32",
                    "splits": "i32", "o_row": "i32", "o_split": "i32", "l_row": "i32", "l_split": "i32"}
         for dependent in (False, True):  # the CUDA decode's combine on sm_90 is a programmatic dependent

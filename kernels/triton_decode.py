@@ -23,69 +23,95 @@ from triton.language.extra.cuda import gdc_wait
 from .triton_blocks import _DENSE, _LN2, BS, load_block, slot_offsets
 
 
-@triton.jit
-def decode_kernel(q_ptr, k_dense, k_vals, k_meta, v_dense, v_vals, v_meta, k_index, v_index, seq_lens, pages,
-                  o_part, lse_part, scale_log2, max_blocks, splits,
+@triton.jit(do_not_specialize=["batch"])
+def decode_kernel(q_ptr, k_dense, k_vals, k_meta, v_dense, v_vals, v_meta, k_index, v_index, seq_lens, pages, groups,
+                  o_part, lse_part, scale_log2, max_blocks, splits, batch,
                   H_KV: tl.constexpr, G: tl.constexpr, BLOCK_H: tl.constexpr, D: tl.constexpr,
-                  K_MODE: tl.constexpr, V_MODE: tl.constexpr, PRMT: tl.constexpr, PAGED: tl.constexpr):
+                  K_MODE: tl.constexpr, V_MODE: tl.constexpr, PRMT: tl.constexpr, PAGED: tl.constexpr,
+                  ROWS: tl.constexpr = 1):
     sx = tl.program_id(0)
     hx = tl.program_id(1)
     bx = tl.program_id(2)
-    seq_len = tl.load(seq_lens + bx)
-    n_blocks = tl.cdiv(seq_len, BS)
-    per = tl.cdiv(n_blocks, splits)
-    start = sx * per
-    stop = tl.minimum(start + per, n_blocks)
-
-    rows = tl.arange(0, BLOCK_H)
+    # tile row m: query head m % G of row bx * ROWS + m // G
+    m = tl.arange(0, BLOCK_H)
+    row = bx * ROWS + m // G
+    used = (m < ROWS * G) & (row < batch)
     cols = tl.arange(0, D)
     tok = tl.arange(0, BS)
-    head = hx * G + rows
-    q = tl.load(q_ptr + (bx * H_KV * G + head)[:, None] * D + cols[None, :], mask=(rows < G)[:, None], other=0.0)
+    head = hx * G + m % G
+    q = tl.load(q_ptr + (row * H_KV * G + head)[:, None] * D + cols[None, :], mask=used[:, None], other=0.0)
+    if ROWS == 1:
+        n_groups = 1
+    else:
+        # runs of equal group ids share their blocks: each is walked once for all its rows
+        gid = tl.load(groups + row, mask=used, other=-1)
+        prev = tl.load(groups + row - 1, mask=used & (m >= G), other=-1)
+        starts = used & (m % G == 0) & ((m < G) | (gid != prev))
+        run = tl.cumsum(starts.to(tl.int32), 0) - 1
+        n_groups = tl.sum(starts.to(tl.int32), 0)
+        lens = tl.load(seq_lens + row, mask=used, other=0)
 
     m_i = tl.full((BLOCK_H,), float("-inf"), tl.float32)
     l_i = tl.zeros((BLOCK_H,), tl.float32)
     acc = tl.zeros((BLOCK_H, D), tl.float32)
-    # PAGED: the maps are [num_pages, H_KV], block j's row is pages[bx, j]; else [B, H_KV, max_blocks]
-    index_row = bx.to(tl.int64) * max_blocks if PAGED else (bx * H_KV + hx).to(tl.int64) * max_blocks
     dense_off, dense_t_off, kv_off, km_off, vv_off, vm_off = slot_offsets(D)
     # sparse slots read as int32 words: one per group of values, one per 8 groups of metadata
     k_vals = k_vals.to(tl.pointer_type(tl.int32))
     k_meta = k_meta.to(tl.pointer_type(tl.int32))
     v_vals = v_vals.to(tl.pointer_type(tl.int32))
     v_meta = v_meta.to(tl.pointer_type(tl.int32))
-
-    for j in range(start, stop):
-        if PAGED:
-            at = tl.load(pages + index_row + j).to(tl.int64) * H_KV + hx
+    for gx in range(n_groups):
+        if ROWS == 1:
+            first = bx
+            seq_len = tl.load(seq_lens + bx)
         else:
-            at = index_row + j
-        ke = tl.load(k_index + at)
-        ve = tl.load(v_index + at)
-        live = (j * BS + tok) < seq_len
-        k = load_block(k_dense, k_vals, k_meta, ke, dense_off, kv_off, km_off, True, BS, D, K_MODE, q.dtype, PRMT)
-        s = tl.dot(q, tl.trans(k)) * scale_log2
-        s = tl.where(live[None, :], s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        alpha = tl.exp2(m_i - m_new)
-        p = tl.exp2(s - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
-        m_i = m_new
-        # rows past the sequence end (last block, always dense) may hold stale data: masked.
-        # A dense-only pool is read token-major (measured faster); otherwise as V^T, like sparse slots.
-        if V_MODE == _DENSE:
-            v = tl.load(v_dense + ve.to(tl.int64) * (BS * D) + dense_off, mask=live[:, None], other=0.0)
-        else:
-            v = tl.trans(load_block(v_dense, v_vals, v_meta, ve, dense_t_off, vv_off, vm_off, live[None, :], D, BS,
-                                V_MODE, q.dtype, PRMT))
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+            member = used & (run == gx)
+            first = tl.min(tl.where(member, row, batch), 0)
+            seq_len = tl.max(tl.where(member, lens, 0), 0)
+        n_blocks = tl.cdiv(seq_len, BS)
+        per = tl.cdiv(n_blocks, splits)
+        start = sx * per
+        stop = tl.minimum(start + per, n_blocks)
+        # PAGED: the maps are [num_pages, H_KV], block j's row is pages[first, j]; else [B, H_KV, max_blocks]
+        index_row = first.to(tl.int64) * max_blocks if PAGED else (first * H_KV + hx).to(tl.int64) * max_blocks
+        for j in range(start, stop):
+            if PAGED:
+                at = tl.load(pages + index_row + j).to(tl.int64) * H_KV + hx
+            else:
+                at = index_row + j
+            ke = tl.load(k_index + at)
+            ve = tl.load(v_index + at)
+            pos = j * BS + tok
+            live = pos < seq_len
+            k = load_block(k_dense, k_vals, k_meta, ke, dense_off, kv_off, km_off, True, BS, D, K_MODE, q.dtype, PRMT)
+            s = tl.dot(q, tl.trans(k)) * scale_log2
+            if ROWS == 1:
+                s = tl.where(live[None, :], s, float("-inf"))
+                m_new = tl.maximum(m_i, tl.max(s, 1))
+                m_safe = m_new
+            else:  # another run's rows, and each row's keys past its own length: no weight
+                s = tl.where(member[:, None] & (pos[None, :] < lens[:, None]), s, float("-inf"))
+                m_new = tl.maximum(m_i, tl.max(s, 1))
+                m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+            alpha = tl.exp2(m_i - m_safe)
+            p = tl.exp2(s - m_safe[:, None])
+            l_i = l_i * alpha + tl.sum(p, 1)
+            m_i = m_new
+            # rows past the sequence end (last block, always dense) may hold stale data: masked.
+            # A dense-only pool is read token-major (measured faster); otherwise as V^T, like sparse slots.
+            if V_MODE == _DENSE:
+                v = tl.load(v_dense + ve.to(tl.int64) * (BS * D) + dense_off, mask=live[:, None], other=0.0)
+            else:
+                v = tl.trans(load_block(v_dense, v_vals, v_meta, ve, dense_t_off, vv_off, vm_off, live[None, :], D,
+                                        BS, V_MODE, q.dtype, PRMT))
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
 
     has = l_i > 0
     out = acc / tl.where(has, l_i, 1.0)[:, None]
     lse = tl.where(has, (m_i + tl.log2(tl.where(has, l_i, 1.0))) * _LN2, float("-inf"))
-    part = (bx * H_KV * G + head) * splits + sx
-    tl.store(o_part + part[:, None] * D + cols[None, :], out, mask=(rows < G)[:, None])
-    tl.store(lse_part + part, lse, mask=rows < G)
+    part = (row * H_KV * G + head) * splits + sx
+    tl.store(o_part + part[:, None] * D + cols[None, :], out, mask=used[:, None])
+    tl.store(lse_part + part, lse, mask=used)
 
 
 @triton.jit(do_not_specialize=["splits"])

@@ -100,6 +100,7 @@ class DecodeStep(NamedTuple):
     block_lo: torch.Tensor | None = None
     block_hi: torch.Tensor | None = None
     qpos: torch.Tensor | None = None
+    groups: torch.Tensor | None = None
 
 
 class HSAttnBackend(AttentionBackend):
@@ -112,9 +113,9 @@ class HSAttnBackend(AttentionBackend):
             raise RuntimeError("attention backend 'hs' needs the hs KV pool; start through sglang_hs (plugin not loaded in this process?)")
         self.settings: HSSettings = self.pool.settings
         on_kernels = False  # the GPU kernels take every layer (else the reference)
+        cfg = model_runner.model_config
+        group = cfg.num_attention_heads // cfg.num_key_value_heads
         if self.device != "cpu":  # on the CPU the reference is the path
-            cfg = model_runner.model_config
-            group = cfg.num_attention_heads // cfg.num_key_value_heads
             if warning := reference_warning(self.pool.head_dim, self.pool.dtype, group):
                 logger.warning("hs: %s", warning)
             else:
@@ -133,7 +134,9 @@ class HSAttnBackend(AttentionBackend):
         self._extend_args: list[tuple] = []  # its sequences' (locs, start, prefix, length)
         # the reference syncs the host, which a CUDA graph cannot hold; --disable-cuda-graph turns ours off too
         graphs = on_kernels and self.settings.extend_graph_tokens and not model_runner.server_args.disable_cuda_graph
-        self.short_extends = ShortExtends(self, self.settings.extend_graph_tokens) if graphs else None
+        # the Triton decode packs an extend's rows (the CUDA decode, when asked for, reads each row's blocks itself)
+        tile_rows = 1 if self.settings.decode_kernel == "cuda" else hs_gpu.decode_tile_rows(group, self.pool.head_dim)
+        self.short_extends = ShortExtends(self, self.settings.extend_graph_tokens, tile_rows=tile_rows) if graphs else None
         if self.settings.extend_graph_tokens and not graphs and self.device != "cpu":
             logger.info("hs: short extends (--hs-extend-graph-tokens) off: they replay CUDA graphs of the GPU kernels "
                         "(not the reference path, not with --disable-cuda-graph)")
@@ -321,21 +324,25 @@ class HSAttnBackend(AttentionBackend):
         return seq.splits[layer_id]
 
     @ranged("hs.decode_metadata")
-    def step_metadata(self, rows: torch.Tensor, seq_lens: torch.Tensor, max_blocks: int) -> DecodeStep:
+    def step_metadata(self, rows: torch.Tensor, seq_lens: torch.Tensor, max_blocks: int,
+                      grouped: bool = False) -> DecodeStep:
         """``DecodeStep`` of decode rows: the query of row ``i`` is the last of ``seq_lens[i]`` tokens of request row
         ``rows[i]``. The pages of each row's blocks ``[B, max_blocks]`` and, with streaming groups, the
         streaming keys ``_extend_metadata`` would pass for a query at ``n - 1``, for all rows at once as stream
         rows and positions ``[B, span]``, padded with empty keys (position -1) after each row's own (a key keeps
         its index: a row's result does not depend on the batch). ``max_blocks``: a fixed width (CUDA graphs),
         or the longest row's. Tensor work only (it runs inside captured graphs): rows of length 1 are a graph's
-        padding (the fill value; a decoding sequence holds its prompt and a new token), read page 0 and no keys."""
+        padding (the fill value; a decoding sequence holds its prompt and a new token), read page 0 and no keys.
+        ``grouped``: rows of one request are consecutive, its queries at successive lengths (an extend's tokens); their
+        blocks are then read once per tile of rows (``DecodeStep.groups``: the request rows, -1 for padding)."""
         rows = rows.long()
         req_to_token = self.req_to_token_pool.req_to_token
         live = (seq_lens > self.get_cuda_graph_seq_len_fill_value())[:, None]
         pages = req_to_token[rows, :max_blocks * BLOCK_SIZE:BLOCK_SIZE] // BLOCK_SIZE  # int32, as the kernels take it
         pages = torch.where(live, pages.clamp_(0, self.pool.num_pages - 1), 0)  # rows past a sequence's end are not read
+        groups = torch.where(live[:, 0], rows, -1).to(torch.int32) if grouped else None
         if not self.pool.has_stream:
-            return DecodeStep(pages, seq_lens.to(torch.int32))
+            return DecodeStep(pages, seq_lens.to(torch.int32), groups=groups)
         sink = self.sink_end
         start = window_start(seq_lens - 1, self.settings.window_tokens).clamp(min=sink)[:, None]
         j = torch.arange(self._stream_span, device=seq_lens.device)
@@ -345,7 +352,7 @@ class HSAttnBackend(AttentionBackend):
         locs = torch.where(valid, locs, 0)  # page 0 (padding writes) always has a stream slot
         kpos = torch.where(valid, pos, -1).to(torch.int32)
         return DecodeStep(pages, seq_lens.to(torch.int32), self.pool.stream_rows(locs), kpos, *stream_key_blocks(kpos),
-                          (seq_lens - 1).to(torch.int32)[:, None])
+                          (seq_lens - 1).to(torch.int32)[:, None], groups)
 
     # ---- forward ----
 
@@ -418,7 +425,7 @@ class HSAttnBackend(AttentionBackend):
             with span("hs.retrieval_attention"):
                 out, _ = decode_attention(q[:, heads_r], store.pools["k"], store.pools["v"], store.index["k"],
                                           store.index["v"], step.seq_lens, layer.scaling,
-                                          kernel=self.settings.decode_kernel, pages=step.pages)
+                                          kernel=self.settings.decode_kernel, pages=step.pages, groups=step.groups)
             parts.append((heads_r, out))
         if store.n_s:
             with span("hs.streaming_attention"):

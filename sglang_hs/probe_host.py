@@ -1,6 +1,6 @@
 """Host time of the hs attention backend per layer, without a server: python -m sglang_hs.probe_host
 [--prefix 4096] [--question 64] [--layers 32] [--kv-heads 8] [--group 4] [--head-dim 128] [--repeats 20] [--profile N]
-[--device cuda] [--dtype bfloat16] [--row-blocks N]
+[--device cuda] [--dtype bfloat16] [--row-blocks N] [--tile-rows N]
 
 The backend and pool the server runs (the recipe's sparsity, sink and window; half the KV groups of every layer
 retrieval groups) hold one sequence: a ``--prefix``-token prefix written and compressed as the radix cache leaves it.
@@ -29,6 +29,7 @@ from types import SimpleNamespace as NS
 
 import torch
 from hs_kernels import BLOCK_SIZE, SparsityConfig
+from hs_kernels.gpu import decode_tile_rows
 from torch.utils._python_dispatch import TorchDispatchMode
 from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
@@ -126,7 +127,8 @@ def steps(args, backend: HSAttnBackend, locs: torch.Tensor) -> dict:
         for layer in model:
             backend.forward_extend(q, k, v, layer, question)
 
-    short = ShortExtends(backend, max(t, MIN_ROWS), max_row_blocks=args.row_blocks) if args.device != "cpu" else None
+    short = (ShortExtends(backend, max(t, MIN_ROWS), max_row_blocks=args.row_blocks, tile_rows=args.tile_rows)
+             if args.device != "cpu" else None)
 
     def hs_question_rows():
         backend.short_extends = short
@@ -212,12 +214,15 @@ def parse(argv=None) -> argparse.Namespace:
     ap.add_argument("--profile", type=int, default=0, metavar="N")
     ap.add_argument("--row-blocks", type=int, default=MAX_ROW_BLOCKS,
                     help="short extends' bound on the blocks a question's rows read (the question runs as rows within it)")
+    ap.add_argument("--tile-rows", type=int, default=None,
+                    help="rows of the question that share their block reads (default: the backend's; 1: none)")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"))
     args = ap.parse_args(argv)
     if args.kv_heads < 2 or min(args.prefix, args.question, args.layers, args.group, args.repeats) < 1:
         ap.error("needs --kv-heads >= 2 and positive --prefix, --question, --layers, --group and --repeats")
     args.dtype = getattr(torch, args.dtype)
+    args.tile_rows = args.tile_rows or decode_tile_rows(args.group, args.head_dim)
     return args
 
 

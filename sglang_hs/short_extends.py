@@ -7,8 +7,9 @@ with no chunk block pruned in flight, runs instead as decode rows, one per query
 the tokens' K/V written, then the decode kernels over each row's blocks and the streaming kernel over its sink and
 window). Those are the keys the prefill path reads, through work that depends on device tensors only: per bucket of
 rows (8, 16, ... N) the rows' metadata and each layer are captured once in CUDA graphs and then replayed, a few copies
-and one replay a layer. No query tile shares a row's reads, so a batch qualifies only while the blocks its rows read
-stay within ``MAX_ROW_BLOCKS``.
+and one replay a layer. The Triton decode reads a request's blocks once for a tile of its rows
+(``hs_kernels.gpu.decode_tile_rows``, 16 for Llama-3.1-8B), so a batch qualifies while the blocks its tiles read stay
+within ``MAX_ROW_BLOCKS``.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from .ranges import ranged
 logger = logging.getLogger("sglang_hs")
 
 MIN_ROWS = 8
-MAX_ROW_BLOCKS = 1 << 13  # over all rows, the blocks each reads: 64 tokens on 8K
+MAX_ROW_BLOCKS = 1 << 13  # over all tiles of rows, the blocks each reads
 
 
 def bucket_sizes(max_tokens: int) -> list[int]:
@@ -74,11 +75,13 @@ class RowBucket:
 class ShortExtends:
     """The backend's short extends: ``begin`` before a forward (the bucket, or None where the extend does not
     qualify), ``layer`` for each of its layers. ``capture``: ``CudaGraphs``' contract; ``max_row_blocks``: the bound on
-    the blocks an extend's rows read."""
+    the blocks an extend's rows read; ``tile_rows``: how many rows of one request share their reads (1: each row reads
+    its own, through any decode kernel; more: the rows are grouped, ``HSAttnBackend.step_metadata``)."""
 
-    def __init__(self, backend, max_tokens: int, capture=None, max_row_blocks: int = MAX_ROW_BLOCKS):
+    def __init__(self, backend, max_tokens: int, capture=None, max_row_blocks: int = MAX_ROW_BLOCKS,
+                 tile_rows: int = 1):
         self.backend = backend
-        self.max_tokens, self.max_row_blocks = max_tokens, max_row_blocks
+        self.max_tokens, self.max_row_blocks, self.tile_rows = max_tokens, max_row_blocks, tile_rows
         self.capture = capture or CudaGraphs()
         self.buckets = {size: None for size in bucket_sizes(max_tokens)}
 
@@ -87,7 +90,17 @@ class ShortExtends:
         pairs = list(zip(prefixes, lengths))
         return (0 < sum(lengths) <= self.max_tokens and min(prefixes) > 0
                 and not any(self.backend.prunes_chunk(op, p, p + t) for p, t in pairs for op in ("k", "v"))
-                and sum(t * -(-(p + t) // BLOCK_SIZE) for p, t in pairs) <= self.max_row_blocks)
+                and self.block_reads(prefixes, lengths) <= self.max_row_blocks)
+
+    def block_reads(self, prefixes: list[int], lengths: list[int]) -> int:
+        """Blocks that the rows of an extend read per KV head: each tile of ``tile_rows`` rows reads the blocks of
+        each request it holds rows of, once."""
+        reads, first = 0, 0
+        for p, t in zip(prefixes, lengths):
+            tiles = (first + t - 1) // self.tile_rows - first // self.tile_rows + 1
+            reads += tiles * -(-(p + t) // BLOCK_SIZE)
+            first += t
+        return reads
 
     @ranged("hs.short_extend_begin")
     def begin(self, forward_batch) -> RowBucket | None:
@@ -111,7 +124,8 @@ class ShortExtends:
         bucket.locs[tokens:] = 0  # never an earlier forward's locations
         if bucket.step is None:
             bucket.step = self._capture(
-                bucket, lambda: self.backend.step_metadata(bucket.req_rows, bucket.seq_lens, self.backend.max_blocks))
+                bucket, lambda: self.backend.step_metadata(bucket.req_rows, bucket.seq_lens, self.backend.max_blocks,
+                                                           grouped=self.tile_rows > 1))
             if bucket.failed:
                 return None
         bucket.step[0].replay()

@@ -80,6 +80,18 @@ def paged(k_index, v_index, gen, spare_pages=5):
     return maps[0], maps[1], pages.to(torch.int32)
 
 
+def extend_rows(seqs, padding, seq_pages):
+    """An extend's tokens as decode rows: sequence ``i`` of ``seqs`` ``(prefix, tokens)`` (its pages ``seq_pages[i]``)
+    as rows at lengths ``prefix + 1 ..``, group ``7 i + 3``; then ``padding`` rows of length 1 on page 0, group -1
+    (short extends' buckets). Returns ``(pages, groups, seq_lens)``, int32 on ``seq_pages``' device."""
+    dev = seq_pages.device
+    which = [i for i, (p, t) in enumerate(seqs) for _ in range(t)]
+    lens = [p + 1 + r for p, t in seqs for r in range(t)] + [1] * padding
+    pages = torch.cat([seq_pages[which], torch.zeros(padding, seq_pages.shape[1], dtype=torch.int32, device=dev)])
+    groups = torch.tensor([7 * i + 3 for i in which] + [-1] * padding, dtype=torch.int32, device=dev)
+    return pages, groups, torch.tensor(lens, dtype=torch.int32, device=dev)
+
+
 def make_prefix(h_kv, d, prefix_len, p_k, p_v, dtype, gen, dev="cuda"):
     """Pools + [H_kv, nb] index maps for a prefix: each (head, block) dense or sparse with
     probability p (p = 0 / 1 exactly all dense / all sparse), slots shuffled, one spare NO_BLOCK

@@ -31,7 +31,7 @@ class EagerGraphs:
     def __call__(self, fn, bucket: int):
         out = fn()
         self.captured.append(bucket)
-        return NS(replay=lambda: [a.copy_(b) for a, b in zip(tree_leaves(out), tree_leaves(fn()))]), out
+        return NS(replay=lambda: [a.copy_(b) for a, b in zip(tree_leaves(out), tree_leaves(fn())) if a is not None]), out
 
 
 def layer(i: int, d: int = D):

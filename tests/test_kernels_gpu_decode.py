@@ -11,7 +11,7 @@ import math
 
 import pytest
 import torch
-from kv_cases import make_case, paged, rel_err
+from kv_cases import extend_rows, make_case, paged, rel_err
 
 from hs_kernels import attention as ref
 from hs_kernels import cuda_decode, gpu
@@ -92,6 +92,34 @@ def test_decode_through_pages_matches_reference(case, kernel, splits):
         pytest.skip("the CUDA kernel: nvcc, sm_80+, d 64 / 128, G <= 8")
     launch = {"kernel": "cuda", "slots": int(kernel[-1])} if kernel != "triton" else {}
     check(case, splits, 0.07, paged_maps=True, **launch)
+
+
+@pytest.mark.parametrize("seqs, padding, h_q, h_kv, d, dtype, p_k, p_v", [
+    ([(4096, 64)], 0, 32, 8, 128, torch.bfloat16, 1.0, 1.0),                   # Llama-3.1-8B: 4 tiles of 16 rows
+    ([(700, 1), (1040, 33), (90, 20)], 10, 32, 8, 128, torch.float16, 0.5, 0.5),  # tiles straddling requests
+    ([(2000, 40)], 8, 9, 3, 64, torch.bfloat16, 0.0, 1.0),                    # SmolLM2: 16 rows of 3 heads
+    ([(1500, 24)], 0, 8, 2, 256, torch.bfloat16, 0.5, 0.5),                   # d 256: 8 rows
+    ([(3000, 16)], 0, 64, 1, 64, torch.bfloat16, 0.5, 0.5),                   # G 64: a row a program
+])
+@pytest.mark.parametrize("kernel", ["auto", "cuda"])
+def test_grouped_rows_match_reference(seqs, padding, h_q, h_kv, d, dtype, p_k, p_v, kernel):
+    """An extend's rows (``groups``): under "auto" the Triton decode reads a request's blocks once a tile of rows;
+    "cuda" reads each row's (the hint changes no result)."""
+    if kernel == "cuda" and not (cuda_decode.available() and cuda_case((1, h_q, h_kv, d))):
+        pytest.skip("the CUDA kernel: nvcc, sm_80+, d 64 / 128, G <= 8")
+    gen = torch.Generator(device="cuda")
+    gen.seed()
+    k_pool, v_pool, k_index, v_index, _ = make_case(len(seqs), h_kv, d, [p + t for p, t in seqs], p_k, p_v, dtype,
+                                                    gen, "cuda")
+    k_map, v_map, seq_pages = paged(k_index, v_index, gen)
+    pages, groups, sl = extend_rows(seqs, padding, seq_pages)
+    q = torch.randn(len(sl), h_q, d, generator=gen, device="cuda").to(dtype)
+    out, lse = gpu.decode_attention(q, k_pool, v_pool, k_map, v_map, sl, 0.09, kernel=kernel, pages=pages,
+                                    groups=groups)
+    r_out, r_lse = ref.decode_attention(q, k_pool, v_pool, k_map, v_map, sl, 0.09, pages=pages)
+    assert out.dtype == dtype and torch.isfinite(out).all() and torch.isfinite(lse).all()
+    assert rel_err(out, r_out) < 1e-2
+    assert (lse - r_lse).abs().max().item() < 1e-2
 
 
 @needs_cuda_kernel

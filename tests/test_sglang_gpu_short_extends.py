@@ -1,5 +1,6 @@
 """GPU: short extends replayed from real CUDA graphs (``short_extends.CudaGraphs``) compute what the eager extend
-computes (the prefill kernels), layer by layer, in bfloat16 at head_dim 64 and 128; a bucket's graphs are captured
+computes (the prefill kernels), layer by layer, in bfloat16 at head_dim 64 and 128, each row reading its blocks or
+a request's rows sharing them (the Triton decode's tiles); a bucket's graphs are captured
 once and replayed by later questions of other lengths, sequences and prefixes; the pool holds what the eager extend
 leaves."""
 
@@ -14,9 +15,10 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not gpu.triton_available(), re
 
 
 @pytest.mark.parametrize("head_dim", [64, 128])
-def test_questions_replayed_from_graphs_match_the_eager_extend(head_dim):
+@pytest.mark.parametrize("tile_rows", [1, 4, None])  # each row alone; tiles straddling requests; the default's
+def test_questions_replayed_from_graphs_match_the_eager_extend(head_dim, tile_rows):
     from kv_cases import rel_err
-    from short_extend_cases import cache_prefix, make_backend, run_extend
+    from short_extend_cases import GROUP, cache_prefix, make_backend, run_extend
 
     from sglang_hs.short_extends import CudaGraphs, ShortExtends
 
@@ -25,7 +27,7 @@ def test_questions_replayed_from_graphs_match_the_eager_extend(head_dim):
     cache_prefix(backend, 1, 1, 1000, 200, gen)
     cache_prefix(backend, 2, 40, 700, 200, gen)
     graphs = CudaGraphs()
-    short = ShortExtends(backend, 64, capture=graphs)
+    short = ShortExtends(backend, 64, capture=graphs, tile_rows=tile_rows or gpu.decode_tile_rows(GROUP, head_dim))
     cases = [[(1, 1000, 40)], [(2, 700, 1), (1, 1040, 33)], [(2, 701, 9)], [(2, 710, 12)], [(1, 1073, 64)]]
     for seed, seqs in enumerate(cases):
         backend.short_extends = None

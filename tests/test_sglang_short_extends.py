@@ -51,14 +51,20 @@ def both_ways(backend, seqs, seed):
     assert rows is not None and rows.tokens == sum(t for _, _, t in seqs)
     step = rows.step[1]  # padding rows read nothing (no work a graph replays for nothing)
     assert (step.pages[rows.tokens:] == 0).all() and (step.kpos[rows.tokens:] == -1).all()
+    if backend.short_extends.tile_rows > 1:  # a request's rows share their reads; padding rows are a group apart
+        requests = [row for row, _, t in seqs for _ in range(t)] + [-1] * (rows.size - rows.tokens)
+        assert step.groups.tolist() == requests
+    else:
+        assert step.groups is None
     for a, b in zip(eager_pool, pool_state(backend)):
         assert torch.equal(a, b)
     return eager, graphed
 
 
-def test_questions_compute_what_the_eager_extend_does_and_replay_their_bucket(backend):
+@pytest.mark.parametrize("tile_rows", [1, 4])
+def test_questions_compute_what_the_eager_extend_does_and_replay_their_bucket(backend, tile_rows):
     graphs = EagerGraphs()
-    backend.short_extends = ShortExtends(backend, 64, capture=graphs)
+    backend.short_extends = ShortExtends(backend, 64, capture=graphs, tile_rows=tile_rows)
     cases = [
         [(1, 1000, 40)],                     # a question on a prefix ending inside a block: bucket 64
         [(2, 700, 1), (1, 1040, 33)],        # two sequences, one token and 33 after the first question: 64 again
@@ -86,6 +92,15 @@ def test_which_extends_run_as_rows(backend):
     assert not short.fits([1000], [500])                # 2:4 prefill on the chunk's older blocks
     blocks = MAX_ROW_BLOCKS // 64
     assert short.fits([blocks * 64 - 64], [64]) and not short.fits([blocks * 64], [64])  # the rows' reads
+
+
+def test_rows_of_a_request_share_their_reads_per_tile(backend):
+    short = ShortExtends(backend, 512, tile_rows=16)
+    assert short.block_reads([1000], [64]) == 4 * 17                # four tiles of one request
+    assert short.block_reads([700, 1000], [1, 63]) == 11 + 4 * 17   # the first tile holds rows of both
+    assert short.block_reads([700, 1000], [20, 20]) == 2 * 11 + 2 * 17
+    blocks = MAX_ROW_BLOCKS // 4
+    assert short.fits([blocks * 64 - 64], [64]) and not short.fits([blocks * 64], [64])
 
 
 def test_an_extend_that_does_not_fit_stays_eager(backend):

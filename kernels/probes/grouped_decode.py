@@ -1,0 +1,60 @@
+"""An extend's tokens as decode rows (short extends): each row reading its own blocks, against a request's rows
+sharing them a tile at a time (``decode_attention(groups=...)``). Llama-3.1-8B's retrieval half by default (16/4
+heads, d 128), bf16, a served prefix (2:4 blocks but the first and last four), maps read through pages; per call,
+inside a CUDA graph of 32 calls (a forward's layers), as short extends replay it.
+
+    python kernels/probes/grouped_decode.py [--prefixes 4096,16384,32768,65536] [--questions 16,64]
+    (from the repository root: it reads tests/kv_cases.py)
+"""
+
+import argparse
+import sys
+
+import torch
+import triton.testing
+
+from hs_kernels import gpu
+from prefix_path_timing import served_pools
+
+sys.path.insert(0, "tests")
+from kv_cases import extend_rows, paged, rel_err  # noqa: E402
+
+
+def graph_us(fn, calls: int = 32) -> float:
+    return triton.testing.do_bench_cudagraph(lambda: [fn() for _ in range(calls)], rep=60, return_mode="median") * 1e3 / calls
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--prefixes", default="4096,16384,32768,65536")
+    ap.add_argument("--questions", default="16,64")
+    ap.add_argument("--heads", default="16/4/128", help="query heads / KV heads / head_dim")
+    args = ap.parse_args()
+    h_q, h_kv, d = (int(x) for x in args.heads.split("/"))
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(0)
+    rows_a_tile = gpu.decode_tile_rows(h_q // h_kv, d)
+    print(f"heads {h_q}/{h_kv}, d {d}, bf16; {rows_a_tile} rows a tile; us per call, graph of 32 calls")
+    print("| prefix | question | rows, CUDA | rows, Triton | grouped rows | x best per row | rel err |")
+    print("|---|---|---|---|---|---|---|", flush=True)
+    for prefix in (int(x) for x in args.prefixes.split(",")):
+        for t in (int(x) for x in args.questions.split(",")):
+            k_pool, v_pool, k_index, v_index = served_pools(prefix + t, gen, h_kv, d)
+            k_map, v_map, seq_pages = paged(k_index[None], v_index[None], gen)
+            pages, groups, lens = extend_rows([(prefix, t)], 0, seq_pages)
+            q = torch.randn(t, h_q, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+
+            def run(kernel, grouped):
+                return gpu.decode_attention(q, k_pool, v_pool, k_map, v_map, lens, d ** -0.5, kernel=kernel,
+                                            pages=pages, groups=groups if grouped else None)[0]
+
+            err = rel_err(run("auto", True), run("triton", False))
+            times = [graph_us(lambda k=k, g=g: run(k, g)) for k, g in (("cuda", False), ("triton", False), ("auto", True))]
+            best = min(times[:2])
+            print(f"| {prefix} | {t} | {times[0]:.1f} | {times[1]:.1f} | {times[2]:.1f} | {best / times[2]:.2f}x "
+                  f"| {err:.1e} |", flush=True)
+            del k_pool, v_pool
+
+
+if __name__ == "__main__":
+    main()
