@@ -325,19 +325,20 @@ class HSAttnBackend(AttentionBackend):
 
     @ranged("hs.decode_metadata")
     def step_metadata(self, rows: torch.Tensor, seq_lens: torch.Tensor, max_blocks: int,
-                      grouped: bool = False) -> DecodeStep:
+                      grouped: bool = False, live: torch.Tensor | None = None) -> DecodeStep:
         """``DecodeStep`` of decode rows: the query of row ``i`` is the last of ``seq_lens[i]`` tokens of request row
         ``rows[i]``. The pages of each row's blocks ``[B, max_blocks]`` and, with streaming groups, the
         streaming keys ``_extend_metadata`` would pass for a query at ``n - 1``, for all rows at once as stream
         rows and positions ``[B, span]``, padded with empty keys (position -1) after each row's own (a key keeps
         its index: a row's result does not depend on the batch). ``max_blocks``: a fixed width (CUDA graphs),
-        or the longest row's. Tensor work only (it runs inside captured graphs): rows of length 1 are a graph's
-        padding (the fill value; a decoding sequence holds its prompt and a new token), read page 0 and no keys.
-        ``grouped``: rows of one request are consecutive, its queries at successive lengths (an extend's tokens); their
-        blocks are then read once per tile of rows (``DecodeStep.groups``: the request rows, -1 for padding)."""
+        or the longest row's. Tensor work only (it runs inside captured graphs): padding rows, ``live`` false (bool
+        ``[B]``; default: rows of length 1, a decode graph's fill value, since a decoding sequence holds its prompt and
+        a new token), read page 0 and no keys. ``grouped``: rows of one request are consecutive, its queries at
+        successive lengths (an extend's tokens); their blocks are then read once per tile of rows
+        (``DecodeStep.groups``: the request rows, -1 for padding)."""
         rows = rows.long()
         req_to_token = self.req_to_token_pool.req_to_token
-        live = (seq_lens > self.get_cuda_graph_seq_len_fill_value())[:, None]
+        live = (seq_lens > self.get_cuda_graph_seq_len_fill_value() if live is None else live)[:, None]
         pages = req_to_token[rows, :max_blocks * BLOCK_SIZE:BLOCK_SIZE] // BLOCK_SIZE  # int32, as the kernels take it
         pages = torch.where(live, pages.clamp_(0, self.pool.num_pages - 1), 0)  # rows past a sequence's end are not read
         groups = torch.where(live[:, 0], rows, -1).to(torch.int32) if grouped else None

@@ -119,7 +119,7 @@ FLAGS = {
     "--hs-dense-reserve": ("dense_reserve", fraction_or_auto, "extra dense block and stream page capacity (sinks, windows, blocks awaiting compression or trimming): 'auto' (default: two prefill chunks, one without the overlap scheduler, plus the sinks and windows of --max-running-requests requests; hs sets that to 32 when unset) or a fraction of the pool"),
     "--hs-stream-checkpoint": ("stream_checkpoint", int, "streaming groups keep their window before every multiple of this many tokens (a multiple of 64, >= window); a cached prefix is reused up to the last such point"),
     "--hs-decode-kernel": ("decode_kernel", str, "retrieval decode kernel on CUDA: 'auto' (default: 'cuda' where it applies, else 'triton'), 'cuda' (sparse tensor cores, mma.sp; built with the machine's nvcc; head_dim 64/128, at most 8 query heads per KV head) or 'triton'"),
-    "--hs-extend-graph-tokens": ("extend_graph_tokens", int, "on CUDA, extends of at most this many tokens whose requests continue a cached prefix (a question, a next turn) run as decode rows replayed from CUDA graphs, without the eager extend's host work per layer (default 64; 0: off)"),
+    "--hs-extend-graph-tokens": ("extend_graph_tokens", int, "on CUDA, extends of at most this many tokens (a question on a cached prefix, a next turn, a short prompt) run as decode rows replayed from CUDA graphs, without the eager extend's host work per layer (default 64; 0: off)"),
     "--hs-recipe": ("recipe", str, "recipe name in recipes/ or a path to a recipe JSON (default: by model type)"),
 }
 

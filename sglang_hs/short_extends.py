@@ -2,8 +2,8 @@
 
 An eager extend layer costs the host about 0.7 ms whatever its size (five Triton launches and the Python around
 them; sglang_hs/BENCHMARKS.md, thirty-fourth session), so a 64-token question on a cached 4K prefix took three times
-stock SGLang's time to its first token. An extend of at most N tokens whose sequences all continue a cached prefix,
-with no chunk block pruned in flight, runs instead as decode rows, one per query token (``HSAttnBackend.decode_layer``:
+stock SGLang's time to its first token. An extend of at most N tokens (questions on cached prefixes, short prompts)
+with no chunk block pruned in flight runs instead as decode rows, one per query token (``HSAttnBackend.decode_layer``:
 the tokens' K/V written, then the decode kernels over each row's blocks and the streaming kernel over its sink and
 window). Those are the keys the prefill path reads, through work that depends on device tensors only: per bucket of
 rows (8, 16, ... N) the rows' metadata and each layer are captured once in CUDA graphs and then replayed, a few copies
@@ -56,15 +56,17 @@ class CudaGraphs:
 
 
 class RowBucket:
-    """Static inputs of ``size`` decode rows and the graphs that read them: request rows and sequence lengths (the
-    metadata graph's), token locations and q, k, v (each layer graph's). Rows past ``tokens`` are padding: length 1,
-    written to SGLang's padding page 0."""
+    """Static inputs of ``size`` decode rows and the graphs that read them: request rows, sequence lengths and the
+    count of real rows (the metadata graph's), token locations and q, k, v (each layer graph's). Rows past ``tokens``
+    are padding: length 1, written to SGLang's padding page 0."""
 
     def __init__(self, size: int, device):
         self.size = size
         self.tokens = 0
         self.req_rows = torch.zeros(size, dtype=torch.int64, device=device)
         self.seq_lens = torch.ones(size, dtype=torch.int64, device=device)
+        self.count = torch.zeros((), dtype=torch.int64, device=device)
+        self.index = torch.arange(size, device=device)
         self.locs = torch.zeros(size, dtype=torch.int64, device=device)
         self.qkv = None  # [size, heads, D] each, at the first layer
         self.step = None  # (graph, DecodeStep)
@@ -88,7 +90,7 @@ class ShortExtends:
     def fits(self, prefixes: list[int], lengths: list[int]) -> bool:
         """Whether an extend of sequences ``lengths`` tokens long after ``prefixes`` runs as decode rows."""
         pairs = list(zip(prefixes, lengths))
-        return (0 < sum(lengths) <= self.max_tokens and min(prefixes) > 0
+        return (0 < sum(lengths) <= self.max_tokens
                 and not any(self.backend.prunes_chunk(op, p, p + t) for p, t in pairs for op in ("k", "v"))
                 and self.block_reads(prefixes, lengths) <= self.max_row_blocks)
 
@@ -120,12 +122,14 @@ class ShortExtends:
             forward_batch.req_pool_indices, forward_batch.extend_seq_lens, output_size=tokens)
         bucket.seq_lens[:tokens] = forward_batch.positions + 1
         bucket.seq_lens[tokens:] = 1
+        bucket.count.fill_(tokens)
         bucket.locs[:tokens] = forward_batch.out_cache_loc
         bucket.locs[tokens:] = 0  # never an earlier forward's locations
         if bucket.step is None:
             bucket.step = self._capture(
                 bucket, lambda: self.backend.step_metadata(bucket.req_rows, bucket.seq_lens, self.backend.max_blocks,
-                                                           grouped=self.tile_rows > 1))
+                                                           grouped=self.tile_rows > 1,
+                                                           live=bucket.index < bucket.count))
             if bucket.failed:
                 return None
         bucket.step[0].replay()

@@ -75,15 +75,21 @@ def run_extend(backend, seqs, gen):
     return outs
 
 
+def open_row(backend, row: int, first_page: int, tokens: int) -> torch.Tensor:
+    """Request ``row`` given pages from ``first_page`` for ``tokens`` tokens; returns their locations."""
+    device = backend.pool.stream_index.device
+    pages = torch.arange(first_page, first_page + -(-tokens // 64), device=device)
+    backend.pool.on_alloc_pages(pages)
+    locs = (pages[:, None] * 64 + torch.arange(64, device=device)).flatten()[:tokens]
+    backend.req_to_token_pool.req_to_token[row, :tokens] = locs.int()
+    return locs
+
+
 def cache_prefix(backend, row: int, first_page: int, tokens: int, room: int, gen):
     """Request ``row`` on pages from ``first_page`` (``tokens`` and ``room`` more): its prompt prefilled,
     compressed and its streaming pages trimmed, as the radix cache leaves a cached prefix."""
     pool = backend.pool
-    device = pool.stream_index.device
-    pages = torch.arange(first_page, first_page + -(-(tokens + room) // 64), device=device)
-    pool.on_alloc_pages(pages)
-    locs = (pages[:, None] * 64 + torch.arange(64, device=device)).flatten()[:tokens + room]
-    backend.req_to_token_pool.req_to_token[row, :tokens + room] = locs.int()
+    locs = open_row(backend, row, first_page, tokens + room)
     run_extend(backend, [(row, 0, tokens)], gen)
     pool.compress_row(row, locs[:tokens], tokens)
     pool.trim_stream(row, locs[:tokens], tokens, running=True)

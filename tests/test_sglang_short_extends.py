@@ -3,26 +3,28 @@ kernels, graphs stood in by ``EagerGraphs`` (CUDA graphs themselves: tests/test_
 
 A question on a cached prefix computes, layer by layer, what the eager extend computes, and leaves the pool as it
 does; the graphs of a bucket are captured once and replayed by later extends of other lengths, sequences and
-prefixes (static inputs refreshed, padding rows reading and writing nothing of theirs); extends that the rows would
-read too much for, or whose chunk is pruned in flight, or that start a sequence, stay eager."""
+prefixes, and by short new prompts (static inputs refreshed, padding rows reading and writing nothing of theirs);
+extends that the rows would read too much for, or whose chunk is pruned in flight, stay eager."""
 
 import pytest
 import torch
 
 pytest.importorskip("sglang")
 
-from short_extend_cases import EagerGraphs, cache_prefix, make_backend, run_extend  # noqa: E402
+from short_extend_cases import EagerGraphs, cache_prefix, make_backend, open_row, run_extend  # noqa: E402
 
 from sglang_hs.short_extends import MAX_ROW_BLOCKS, ShortExtends, bucket_sizes  # noqa: E402
 
 
 @pytest.fixture
 def backend():
-    """Request rows 1 and 2 with cached prefixes of 1000 and 700 tokens (room for 200 more each)."""
+    """Request rows 1 and 2 with cached prefixes of 1000 and 700 tokens (room for 200 more each); row 3 new, with room
+    for 100 tokens."""
     b = make_backend()
     gen = torch.Generator().manual_seed(0)
     cache_prefix(b, 1, 1, 1000, 200, gen)
     cache_prefix(b, 2, 40, 700, 200, gen)
+    open_row(b, 3, 60, 100)
     assert b.pool.block_counts()["sparse_blocks"] > 0  # the prefixes are read through 2:4 blocks too
     return b
 
@@ -71,6 +73,8 @@ def test_questions_compute_what_the_eager_extend_does_and_replay_their_bucket(ba
         [(2, 701, 9)],                       # bucket 16
         [(1, 1073, 3)],                      # bucket 8
         [(2, 710, 12)],                      # bucket 16 again, a shorter question: padding rows
+        [(3, 0, 5), (1, 1073, 3)],           # a new prompt (its first row is 1 token long) beside a question
+        [(3, 0, 40)],                        # a new prompt alone, bucket 64 again
     ]
     for seed, seqs in enumerate(cases):
         eager, graphed = both_ways(backend, seqs, seed)
@@ -85,8 +89,7 @@ def test_which_extends_run_as_rows(backend):
     assert bucket_sizes(512) == [8, 16, 32, 64, 128, 256, 512] and bucket_sizes(100) == [8, 16, 32, 64, 100]
     assert bucket_sizes(8) == [8] and bucket_sizes(3) == [3]
     assert short.fits([1000], [64]) and short.fits([700, 1000], [1, 63])
-    assert not short.fits([0], [64])                    # a prompt without a cached prefix
-    assert not short.fits([1000, 0], [32, 32])
+    assert short.fits([0], [64]) and short.fits([1000, 0], [32, 32])  # new prompts too
     assert not short.fits([1000], [513])                # more tokens than graphs are captured for
     assert short.fits([1000], [128])                    # within the window: nothing of the chunk is pruned
     assert not short.fits([1000], [500])                # 2:4 prefill on the chunk's older blocks
