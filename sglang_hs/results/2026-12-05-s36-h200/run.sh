@@ -6,12 +6,13 @@
 #     kernel before, the grouped rows against each row alone (kernels/probes/grouped_decode.py)
 #   call 2, carry [".dev/sgl2", ".dev/before"]: bash sglang_hs/results/2026-12-05-s36-h200/run.sh 2
 #     the short extends' GPU test (real CUDA graphs against the eager extend, rows alone and grouped); served, a
-#     cached 64-token question after a 64K prefix: this tree, then the tree before (its rows read too much there: eager)
+#     cached 64-token question after a 64K prefix (its rows read too much there for the tree before: eager) and a cold
+#     64-token prompt (eager before): this tree, then the tree before
 #   call 3: bash sglang_hs/results/2026-12-05-s36-h200/run.sh 3
 #     probe_host (host and total of a question, the rows grouped or not); served: stock, then this tree again
 source scripts/device_env.sh; export HS_KERNELS_CACHE=/tmp/hsk; mkdir -p $OUT
 date -u +"start %F %T UTC"; nvidia-smi --query-gpu=name --format=csv,noheader
-F="--contexts 4096 --batches 1 --output-tokens 16 --prefix 65536 --questions 3 --question-tokens 64"
+F="--contexts 4096,80 --batches 1 --output-tokens 16 --prefix 65536 --questions 3 --question-tokens 64"
 if [ "$1" = 1 ]; then
   timeout 300 python -m pytest -q -m gpu tests/test_kernels_gpu_decode.py > $OUT/decode-tests.log 2>&1
   echo "decode tests rc $?"; tail -1 $OUT/decode-tests.log
@@ -30,7 +31,7 @@ fi
 if [ "$1" = 3 ]; then
   for pq in 4096-64-16 4096-64-1 16384-64-16 16384-64-1 65536-64-16; do
     IFS=- read p q r <<< "$pq"
-    timeout 60 python -m sglang_hs.probe_host --repeats 20 --prefix $p --question $q --tile-rows $r \
+    timeout 90 python -m sglang_hs.probe_host --repeats 20 --prefix $p --question $q --tile-rows $r \
       --row-blocks 100000 > $OUT/probe-$pq.txt 2>&1
     echo "$pq: $(grep -E '^\| question, hs' $OUT/probe-$pq.txt | tr '\n' ' ')"
   done
