@@ -113,9 +113,9 @@ class HSAttnBackend(AttentionBackend):
             raise RuntimeError("attention backend 'hs' needs the hs KV pool; start through sglang_hs (plugin not loaded in this process?)")
         self.settings: HSSettings = self.pool.settings
         on_kernels = False  # the GPU kernels take every layer (else the reference)
-        cfg = model_runner.model_config
-        group = cfg.num_attention_heads // cfg.num_key_value_heads
         if self.device != "cpu":  # on the CPU the reference is the path
+            cfg = model_runner.model_config
+            group = cfg.num_attention_heads // cfg.num_key_value_heads
             if warning := reference_warning(self.pool.head_dim, self.pool.dtype, group):
                 logger.warning("hs: %s", warning)
             else:
@@ -134,9 +134,10 @@ class HSAttnBackend(AttentionBackend):
         self._extend_args: list[tuple] = []  # its sequences' (locs, start, prefix, length)
         # the reference syncs the host, which a CUDA graph cannot hold; --disable-cuda-graph turns ours off too
         graphs = on_kernels and self.settings.extend_graph_tokens and not model_runner.server_args.disable_cuda_graph
-        # the Triton decode packs an extend's rows (the CUDA decode, when asked for, reads each row's blocks itself)
-        tile_rows = 1 if self.settings.decode_kernel == "cuda" else hs_gpu.decode_tile_rows(group, self.pool.head_dim)
-        self.short_extends = ShortExtends(self, self.settings.extend_graph_tokens, tile_rows=tile_rows) if graphs else None
+        self.short_extends = None
+        if graphs:  # the Triton decode packs an extend's rows (the CUDA decode, when asked for, reads each row's itself)
+            tile_rows = 1 if self.settings.decode_kernel == "cuda" else hs_gpu.decode_tile_rows(group, self.pool.head_dim)
+            self.short_extends = ShortExtends(self, self.settings.extend_graph_tokens, tile_rows=tile_rows)
         if self.settings.extend_graph_tokens and not graphs and self.device != "cpu":
             logger.info("hs: short extends (--hs-extend-graph-tokens) off: they replay CUDA graphs of the GPU kernels "
                         "(not the reference path, not with --disable-cuda-graph)")
