@@ -1,15 +1,18 @@
 # Thirty-sixth session: short extends whose rows share their block reads a tile at a time (the Triton decode's
-# grouped rows, `decode_attention(groups=...)`). Calls on one machine, each within 30 s of the one before; "before" is
-# the tree of a6b7782 (`mkdir -p .dev/before && git archive a6b7782 kernels sglang_hs | tar -x -C .dev/before`):
+# grouped rows, `decode_attention(groups=...)`), and short new prompts as rows. Calls on one machine, each within 30 s
+# of the one before; "before" is the tree of a6b7782 (`mkdir -p .dev/before && git archive a6b7782 kernels sglang_hs |
+# tar -x -C .dev/before`):
 #   call 1, carry [".dev/sgl1", ".dev/before"]: bash sglang_hs/results/2026-12-05-s36-h200/run.sh 1
-#     the decode kernels' GPU suite (the grouped rows' cases among them), the one-row Triton decode against the
+#     the Triton decode's GPU suite (the grouped rows' cases among them), the one-row Triton decode against the
 #     kernel before, the grouped rows against each row alone (kernels/probes/grouped_decode.py)
 #   call 2, carry [".dev/sgl2", ".dev/before"]: bash sglang_hs/results/2026-12-05-s36-h200/run.sh 2
-#     the short extends' GPU test (real CUDA graphs against the eager extend, rows alone and grouped); served, a
-#     cached 64-token question after a 64K prefix (its rows read too much there for the tree before: eager) and a cold
-#     64-token prompt (eager before): this tree, then the tree before
+#     the short extends' GPU test (real CUDA graphs against the eager extend: rows alone, grouped, new prompts);
+#     probe_host (host and total of a question, the rows grouped or not)
 #   call 3: bash sglang_hs/results/2026-12-05-s36-h200/run.sh 3
-#     probe_host (host and total of a question, the rows grouped or not); served: stock, then this tree again
+#     served, a cached 64-token question after a 64K prefix (its rows read too much there for the tree before:
+#     eager) and a cold 64-token prompt (eager before): this tree, then the tree before
+#   call 4: bash sglang_hs/results/2026-12-05-s36-h200/run.sh 4
+#     served: stock, then this tree again
 source scripts/device_env.sh; export HS_KERNELS_CACHE=/tmp/hsk; mkdir -p $OUT
 date -u +"start %F %T UTC"; nvidia-smi --query-gpu=name --format=csv,noheader
 F="--contexts 4096,80 --batches 1 --output-tokens 16 --prefix 65536 --questions 3 --question-tokens 64"
@@ -27,16 +30,19 @@ fi
 if [ "$1" = 2 ]; then
   timeout 200 python -m pytest -q -m gpu tests/test_sglang_gpu_short_extends.py > $OUT/short-extends-tests.log 2>&1
   echo "short extends tests rc $?"; tail -1 $OUT/short-extends-tests.log
-  RUN_TIMEOUT=220 bash scripts/e2e_ab.sh $OUT/e2e . .dev/before -- $F -- --cuda-graph-max-bs-decode 16
-  echo "elapsed $SECONDS s"; exit 0
-fi
-if [ "$1" = 3 ]; then
-  for pq in 4096-64-16 4096-64-1 16384-64-16 16384-64-1 65536-64-16; do
+  for pq in 16384-64-16 16384-64-1 65536-64-16; do
     IFS=- read p q r <<< "$pq"
     timeout 90 python -m sglang_hs.probe_host --repeats 20 --prefix $p --question $q --tile-rows $r \
       --row-blocks 100000 > $OUT/probe-$pq.txt 2>&1
     echo "$pq: $(grep -E '^\| question, hs' $OUT/probe-$pq.txt | tr '\n' ' ')"
   done
+  echo "elapsed $SECONDS s"; exit 0
+fi
+if [ "$1" = 3 ]; then
+  RUN_TIMEOUT=220 bash scripts/e2e_ab.sh $OUT/e2e . .dev/before -- $F -- --cuda-graph-max-bs-decode 16
+  echo "elapsed $SECONDS s"; exit 0
+fi
+if [ "$1" = 4 ]; then
   RUN_TIMEOUT=220 bash scripts/e2e_ab.sh $OUT/e2e stock . -- $F -- --cuda-graph-max-bs-decode 16
   echo "elapsed $SECONDS s"; exit 0
 fi
