@@ -220,10 +220,10 @@ def decode_attention(q: torch.Tensor, k_pool: BlockPool, v_pool: BlockPool,
     if use_cuda:
         splits = num_splits or cuda_decode_splits(batch, h_kv, max_blocks, q)
         return cuda_decode(q, k_pool, v_pool, k_index, v_index, seq_lens, scale, splits, pages=pages)
-    tiles = batch if groups is None else -(-batch // decode_tile_rows(h_q // h_kv, d))
-    splits = num_splits or triton_decode_splits(tiles, h_kv, max_blocks, _sm_count(q.device))
+    rows = 1 if groups is None else decode_tile_rows(h_q // h_kv, d)
+    splits = num_splits or triton_decode_splits(-(-batch // rows), h_kv, max_blocks, _sm_count(q.device))
     return triton_decode(q, k_pool, v_pool, k_index, v_index, seq_lens, scale, splits, num_warps, num_stages,
-                         pages=pages, groups=groups)
+                         pages=pages, groups=groups, tile_rows=rows)
 
 
 def cuda_decode(q, k_pool, v_pool, k_index, v_index, seq_lens, scale: float, splits: int, parts=None,

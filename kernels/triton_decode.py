@@ -14,6 +14,9 @@ load/branch/barrier loop could not, NOTES_GPU.md); only the math branches on the
 blocks are unpacked in registers (the pruned positions become zeros) and go through the same
 ``tl.dot`` as dense ones.
 ``K_MODE`` / ``V_MODE`` (1 dense, 2 sparse, 3 both) compile out the loads a pool cannot need.
+``ROWS`` > 1 (an extend's tokens as decode rows, ``groups``): program ``(split, kv_head, tile)`` takes ``ROWS``
+consecutive rows and walks each run of equal group ids among them once, through the run's first row's pages, every
+key masked by its own row's length.
 """
 
 import triton
@@ -86,13 +89,13 @@ def decode_kernel(q_ptr, k_dense, k_vals, k_meta, v_dense, v_vals, v_meta, k_ind
             k = load_block(k_dense, k_vals, k_meta, ke, dense_off, kv_off, km_off, True, BS, D, K_MODE, q.dtype, PRMT)
             s = tl.dot(q, tl.trans(k)) * scale_log2
             if ROWS == 1:
-                s = tl.where(live[None, :], s, float("-inf"))
-                m_new = tl.maximum(m_i, tl.max(s, 1))
-                m_safe = m_new
+                keep = live[None, :]
             else:  # another run's rows, and each row's keys past its own length: no weight
-                s = tl.where(member[:, None] & (pos[None, :] < lens[:, None]), s, float("-inf"))
-                m_new = tl.maximum(m_i, tl.max(s, 1))
-                m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+                keep = member[:, None] & (pos[None, :] < lens[:, None])
+            s = tl.where(keep, s, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, 1))
+            # a grouped row may have seen no key yet (another run's, a split past its end)
+            m_safe = m_new if ROWS == 1 else tl.where(m_new == float("-inf"), 0.0, m_new)
             alpha = tl.exp2(m_i - m_safe)
             p = tl.exp2(s - m_safe[:, None])
             l_i = l_i * alpha + tl.sum(p, 1)

@@ -41,7 +41,7 @@ def main():
         own = tuple(old_pool(p.operand, p.dense, p.values, p.meta) for p in (k_pool, v_pool))
         k_map, v_map, pages = paged(k_index, v_index, gen)
         for name, maps in (("per sequence", (k_index, v_index, None)), ("pages", (k_map, v_map, pages))):
-            splits = gpu.triton_decode_splits(b, 8, maps[2].shape[1] if maps[2] is not None else k_index.shape[2], 132)
+            splits = gpu.triton_decode_splits(b, 8, k_index.shape[2], gpu._sm_count(q.device))
             new_fn = lambda: gpu.triton_decode(q, k_pool, v_pool, *maps[:2], sl, d ** -0.5, splits, pages=maps[2])  # noqa: E731
             old_fn = lambda: old.triton_decode(q, *own, *maps[:2], sl, d ** -0.5, splits, pages=maps[2])  # noqa: E731
             err = rel_err(new_fn()[0], old_fn()[0])
