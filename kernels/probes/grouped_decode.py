@@ -4,7 +4,9 @@ heads, d 128), bf16, a served prefix (2:4 blocks but the first and last four), m
 inside a CUDA graph of 32 calls (a forward's layers), as short extends replay it.
 
     python kernels/probes/grouped_decode.py [--prefixes 4096,16384,32768,65536] [--questions 16,64]
-    (from the repository root: it reads tests/kv_cases.py)
+        [--splits 8,32,128] [--warps 8]
+    (from the repository root: it reads tests/kv_cases.py). ``--splits``: the grouped rows also at these split counts
+    (a column each), against the default ``triton_decode_splits``; ``--warps``: likewise at these warp counts.
 """
 
 import argparse
@@ -29,14 +31,19 @@ def main() -> None:
     ap.add_argument("--prefixes", default="4096,16384,32768,65536")
     ap.add_argument("--questions", default="16,64")
     ap.add_argument("--heads", default="16/4/128", help="query heads / KV heads / head_dim")
+    ap.add_argument("--splits", default="", help="split counts to time the grouped rows at, besides the default")
+    ap.add_argument("--warps", default="", help="warp counts to time the grouped rows at, besides the default")
     args = ap.parse_args()
+    variants = [(f"{n} splits", {"num_splits": int(n)}) for n in args.splits.split(",") if n]
+    variants += [(f"{n} warps", {"num_warps": int(n)}) for n in args.warps.split(",") if n]
     h_q, h_kv, d = (int(x) for x in args.heads.split("/"))
     gen = torch.Generator(device="cuda")
     gen.manual_seed(0)
     rows_a_tile = gpu.decode_tile_rows(h_q // h_kv, d)
     print(f"heads {h_q}/{h_kv}, d {d}, bf16; {rows_a_tile} rows a tile; us per call, graph of 32 calls")
-    print("| prefix | question | rows, CUDA | rows, Triton | grouped rows | x best per row | rel err |")
-    print("|---|---|---|---|---|---|---|", flush=True)
+    swept = "".join(f" grouped, {name} |" for name, _ in variants)
+    print(f"| prefix | question | rows, CUDA | rows, Triton | grouped rows | x best per row | rel err |{swept}")
+    print("|---|---|---|---|---|---|---|" + "---|" * len(variants), flush=True)
     for prefix in (int(x) for x in args.prefixes.split(",")):
         for t in (int(x) for x in args.questions.split(",")):
             k_pool, v_pool, k_index, v_index = served_pools(prefix + t, gen, h_kv, d)
@@ -44,15 +51,16 @@ def main() -> None:
             pages, groups, lens = extend_rows([(prefix, t)], 0, seq_pages)
             q = torch.randn(t, h_q, d, device="cuda", dtype=torch.bfloat16, generator=gen)
 
-            def run(kernel, grouped):
+            def run(kernel, grouped, **launch):
                 return gpu.decode_attention(q, k_pool, v_pool, k_map, v_map, lens, d ** -0.5, kernel=kernel,
-                                            pages=pages, groups=groups if grouped else None)[0]
+                                            pages=pages, groups=groups if grouped else None, **launch)[0]
 
             err = rel_err(run("auto", True), run("triton", False))
             times = [graph_us(lambda k=k, g=g: run(k, g)) for k, g in (("cuda", False), ("triton", False), ("auto", True))]
             best = min(times[:2])
+            sweep = "".join(f" {graph_us(lambda o=o: run('auto', True, **o)):.1f} |" for _, o in variants)
             print(f"| {prefix} | {t} | {times[0]:.1f} | {times[1]:.1f} | {times[2]:.1f} | {best / times[2]:.2f}x "
-                  f"| {err:.1e} |", flush=True)
+                  f"| {err:.1e} |{sweep}", flush=True)
             del k_pool, v_pool
 
 
