@@ -4,9 +4,10 @@ heads, d 128), bf16, a served prefix (2:4 blocks but the first and last four), m
 inside a CUDA graph of 32 calls (a forward's layers), as short extends replay it.
 
     python kernels/probes/grouped_decode.py [--prefixes 4096,16384,32768,65536] [--questions 16,64]
-        [--splits 8,32,128] [--warps 8]
+        [--splits 8,32,128] [--warps 8] [--stages 3]
     (from the repository root: it reads tests/kv_cases.py). ``--splits``: the grouped rows also at these split counts
-    (a column each), against the default ``triton_decode_splits``; ``--warps``: likewise at these warp counts.
+    (a column each), against the default ``triton_decode_splits``; ``--warps`` / ``--stages``: likewise at these
+    warp / pipeline stage counts.
 """
 
 import argparse
@@ -33,9 +34,11 @@ def main() -> None:
     ap.add_argument("--heads", default="16/4/128", help="query heads / KV heads / head_dim")
     ap.add_argument("--splits", default="", help="split counts to time the grouped rows at, besides the default")
     ap.add_argument("--warps", default="", help="warp counts to time the grouped rows at, besides the default")
+    ap.add_argument("--stages", default="", help="pipeline stages to time the grouped rows at, besides the default")
     args = ap.parse_args()
     variants = [(f"{n} splits", {"num_splits": int(n)}) for n in args.splits.split(",") if n]
     variants += [(f"{n} warps", {"num_warps": int(n)}) for n in args.warps.split(",") if n]
+    variants += [(f"{n} stages", {"num_stages": int(n)}) for n in args.stages.split(",") if n]
     h_q, h_kv, d = (int(x) for x in args.heads.split("/"))
     gen = torch.Generator(device="cuda")
     gen.manual_seed(0)

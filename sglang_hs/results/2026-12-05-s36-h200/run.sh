@@ -41,7 +41,7 @@ if [ "$1" = 2 ]; then
     echo "$pq: $(grep -E '^\| question, hs' $OUT/probe-$pq.txt | tr '\n' ' ')"
   done
   # the grouped rows' launch: split and warp counts (thirty-seventh session)
-  timeout 120 python kernels/probes/grouped_decode.py --prefixes 4096,16384,65536 --splits 16,32,64,128 --warps 8 \
+  timeout 120 python kernels/probes/grouped_decode.py --prefixes 4096,16384,65536 --splits 16,32,64,128 --warps 8 --stages 3 \
     2>&1 | tee $OUT/grouped-decode-launch.txt | grep "^|"
   echo "elapsed $SECONDS s"; exit 0
 fi
