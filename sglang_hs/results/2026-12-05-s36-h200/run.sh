@@ -34,15 +34,15 @@ fi
 if [ "$1" = 2 ]; then
   timeout 200 python -m pytest -q -m gpu tests/test_sglang_gpu_short_extends.py > $OUT/short-extends-tests.log 2>&1
   echo "short extends tests rc $?"; tail -1 $OUT/short-extends-tests.log
+  # the grouped rows' launch: split, warp and stage counts (thirty-seventh session)
+  timeout 100 python kernels/probes/grouped_decode.py --prefixes 4096,65536 --splits 16,64 --warps 8 --stages 3 \
+    2>&1 | tee $OUT/grouped-decode-launch.txt | grep "^|"
   for pq in 16384-64-16 16384-64-1 65536-64-16; do
     IFS=- read p q r <<< "$pq"
     timeout 90 python -m sglang_hs.probe_host --repeats 20 --prefix $p --question $q --tile-rows $r \
       --row-blocks 100000 > $OUT/probe-$pq.txt 2>&1
     echo "$pq: $(grep -E '^\| question, hs' $OUT/probe-$pq.txt | tr '\n' ' ')"
   done
-  # the grouped rows' launch: split and warp counts (thirty-seventh session)
-  timeout 120 python kernels/probes/grouped_decode.py --prefixes 4096,16384,65536 --splits 16,32,64,128 --warps 8 --stages 3 \
-    2>&1 | tee $OUT/grouped-decode-launch.txt | grep "^|"
   echo "elapsed $SECONDS s"; exit 0
 fi
 if [ "$1" = 3 ]; then
