@@ -112,13 +112,18 @@ def _sm_major(device: torch.device) -> int:  # asked on every decode step and pr
     return torch.cuda.get_device_capability(device)[0]
 
 
-def triton_decode_splits(batch: int, h_kv: int, max_blocks: int, sms: int) -> int:
+def triton_decode_splits(batch: int, h_kv: int, max_blocks: int, sms: int, tile_rows: int = 1) -> int:
     """Default split count of the Triton decode: about 4 programs per SM over all (split, KV head,
     sequence), at least 8 blocks per split. The H200's sweeps at B=8, 32K (kernels/BENCHMARKS.md) put 8
     splits at or within 1 % of the best; ``wave_splits`` with the compiled kernel's residency picked 10,
-    which ran 27 % slower at S = 1/1 (eighth session)."""
-    splits = max(1, (4 * sms) // max(1, batch * h_kv))
-    return max(1, min(splits, max(1, max_blocks // 8)))
+    which ran 27 % slower at S = 1/1 (eighth session).
+    ``tile_rows`` > 1 (grouped rows, ``batch`` counting tiles): about 2 programs per SM, the two that fit one (245
+    registers x 4 warps, 84 KB of shared memory), down to one block per split. Their programs wait on each block's
+    loads, so more of them in flight pays and a longer walk does not: on an H100, 65 splits took one tile of a 4K
+    prefix from 47.6 to 24.2 us (thirty-seventh session, kernels/BENCHMARKS.md)."""
+    per_sm, min_blocks = (4, 8) if tile_rows == 1 else (2, 1)
+    splits = max(1, (per_sm * sms) // max(1, batch * h_kv))
+    return max(1, min(splits, max(1, max_blocks // min_blocks)))
 
 
 def prefill_splits(programs: int, full_blocks: int, device: torch.device) -> int:
@@ -221,7 +226,7 @@ def decode_attention(q: torch.Tensor, k_pool: BlockPool, v_pool: BlockPool,
         splits = num_splits or cuda_decode_splits(batch, h_kv, max_blocks, q)
         return cuda_decode(q, k_pool, v_pool, k_index, v_index, seq_lens, scale, splits, pages=pages)
     rows = 1 if groups is None else decode_tile_rows(h_q // h_kv, d)
-    splits = num_splits or triton_decode_splits(-(-batch // rows), h_kv, max_blocks, _sm_count(q.device))
+    splits = num_splits or triton_decode_splits(-(-batch // rows), h_kv, max_blocks, _sm_count(q.device), rows)
     return triton_decode(q, k_pool, v_pool, k_index, v_index, seq_lens, scale, splits, num_warps, num_stages,
                          pages=pages, groups=groups, tile_rows=rows)
 

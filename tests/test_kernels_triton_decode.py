@@ -123,6 +123,10 @@ def test_triton_decode_splits():
     assert gpu.triton_decode_splits(8, 8, 512, 132) == 8
     assert gpu.triton_decode_splits(1, 8, 40, 132) == 5  # at least 8 blocks per split
     assert gpu.triton_decode_splits(64, 8, 512, 132) == 1  # the batch alone fills the GPU
+    # grouped rows: about 2 programs per SM, down to one block per split (the H100's sweep, thirty-seventh session)
+    assert gpu.triton_decode_splits(1, 4, 65, 132, tile_rows=16) == 65
+    assert gpu.triton_decode_splits(4, 4, 1025, 132, tile_rows=16) == 16
+    assert gpu.triton_decode_splits(1, 4, 40, 132, tile_rows=16) == 40
 
 
 def test_wave_splits():
