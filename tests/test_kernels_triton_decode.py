@@ -99,6 +99,7 @@ def test_grouped_rows_read_their_blocks_once_per_tile_and_match_reference():
         ([[64, 3], [200, 2], [1, 4]], 2, 8, 2, 64, 1.0, 0.0, 3, 4),
         ([[300, 5], [70, 6]], 0, 12, 4, 128, 0.0, 1.0, 4, 8),
         ([[190, 20]], 4, 4, 1, 64, 0.5, 0.5, 1, None),
+        ([[150, 6], [20, 3]], 1, 8, 2, 64, 1.0, 1.0, 3, 4),  # a block a split, as the grouped split rule runs them
     ]
     results = interpret(GROUPED_SCRIPT, cases)
     for case, r in zip(cases, results):
