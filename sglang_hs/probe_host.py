@@ -36,7 +36,7 @@ from sglang.srt.model_executor.forward_batch_info import ForwardMode
 from .backend import HSAttnBackend
 from .kv_pool import HSKVPool
 from .settings import HSSettings, LayerGroups, load_recipe
-from .short_extends import MAX_ROW_BLOCKS, MIN_ROWS, ShortExtends
+from .short_extends import MIN_ROWS, ShortExtends
 from .stats import HSStats
 
 ROW = 1  # the sequence's row of req_to_token
@@ -212,8 +212,9 @@ def parse(argv=None) -> argparse.Namespace:
     ap.add_argument("--head-dim", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--profile", type=int, default=0, metavar="N")
-    ap.add_argument("--row-blocks", type=int, default=MAX_ROW_BLOCKS,
-                    help="short extends' bound on the blocks a question's rows read (the question runs as rows within it)")
+    ap.add_argument("--row-blocks", type=int, default=None,
+                    help="short extends' bound on the blocks a question's rows read (the question runs as rows within "
+                         "it; default: the backend's for the tile rows)")
     ap.add_argument("--tile-rows", type=int, default=None,
                     help="rows of the question that share their block reads (default: the backend's; 1: none)")
     ap.add_argument("--device", default="cuda")

@@ -9,7 +9,7 @@ window). Those are the keys the prefill path reads, through work that depends on
 rows (8, 16, ... N) the rows' metadata and each layer are captured once in CUDA graphs and then replayed, a few copies
 and one replay a layer. The Triton decode reads a request's blocks once for a tile of its rows
 (``hs_kernels.gpu.decode_tile_rows``, 16 for Llama-3.1-8B), so a batch qualifies while the blocks its tiles read stay
-within ``MAX_ROW_BLOCKS``.
+within ``MAX_TILE_BLOCKS`` (``MAX_ROW_BLOCKS`` where each row reads its own).
 """
 
 from __future__ import annotations
@@ -24,7 +24,12 @@ from .ranges import ranged
 logger = logging.getLogger("sglang_hs")
 
 MIN_ROWS = 8
-MAX_ROW_BLOCKS = 1 << 13  # over all tiles of rows, the blocks each reads
+# Bounds on the blocks an extend's rows read (per KV head, over all tiles), where their GPU time stays well under the
+# eager extend's host time (about 15 ms for 32 layers): per layer a row's block read cost 0.014 us on an H100 (the CUDA
+# decode), a 16-row tile's 0.126 us (the grouped Triton decode), on top of about 3 ms of the rest; so 8192 row reads
+# or 2048 tile reads cost some 4 or 8 ms (kernels/BENCHMARKS.md, thirty-seventh session)
+MAX_ROW_BLOCKS = 1 << 13  # each row reading its own blocks
+MAX_TILE_BLOCKS = 1 << 11  # a request's rows sharing their reads a tile at a time
 
 
 def bucket_sizes(max_tokens: int) -> list[int]:
@@ -76,14 +81,16 @@ class RowBucket:
 
 class ShortExtends:
     """The backend's short extends: ``begin`` before a forward (the bucket, or None where the extend does not
-    qualify), ``layer`` for each of its layers. ``capture``: ``CudaGraphs``' contract; ``max_row_blocks``: the bound on
-    the blocks an extend's rows read; ``tile_rows``: how many rows of one request share their reads (1: each row reads
-    its own, through any decode kernel; more: the rows are grouped, ``HSAttnBackend.step_metadata``)."""
+    qualify), ``layer`` for each of its layers. ``capture``: ``CudaGraphs``' contract; ``tile_rows``: how many rows of
+    one request share their reads (1: each row reads its own, through any decode kernel; more: the rows are grouped,
+    ``HSAttnBackend.step_metadata``); ``max_row_blocks``: the bound on the blocks an extend's rows read (default
+    ``MAX_ROW_BLOCKS`` for rows alone, ``MAX_TILE_BLOCKS`` for tiles)."""
 
-    def __init__(self, backend, max_tokens: int, capture=None, max_row_blocks: int = MAX_ROW_BLOCKS,
+    def __init__(self, backend, max_tokens: int, capture=None, max_row_blocks: int | None = None,
                  tile_rows: int = 1):
         self.backend = backend
-        self.max_tokens, self.max_row_blocks, self.tile_rows = max_tokens, max_row_blocks, tile_rows
+        self.max_tokens, self.tile_rows = max_tokens, tile_rows
+        self.max_row_blocks = max_row_blocks or (MAX_ROW_BLOCKS if tile_rows == 1 else MAX_TILE_BLOCKS)
         self.capture = capture or CudaGraphs()
         self.buckets = {size: None for size in bucket_sizes(max_tokens)}
 

@@ -13,7 +13,7 @@ pytest.importorskip("sglang")
 
 from short_extend_cases import EagerGraphs, cache_prefix, make_backend, open_row, run_extend  # noqa: E402
 
-from sglang_hs.short_extends import MAX_ROW_BLOCKS, ShortExtends, bucket_sizes  # noqa: E402
+from sglang_hs.short_extends import MAX_ROW_BLOCKS, MAX_TILE_BLOCKS, ShortExtends, bucket_sizes  # noqa: E402
 
 
 @pytest.fixture
@@ -102,7 +102,7 @@ def test_rows_of_a_request_share_their_reads_per_tile(backend):
     assert short.block_reads([1000], [64]) == 4 * 17                # four tiles of one request
     assert short.block_reads([700, 1000], [1, 63]) == 11 + 4 * 17   # the first tile holds rows of both
     assert short.block_reads([700, 1000], [20, 20]) == 2 * 11 + 2 * 17
-    blocks = MAX_ROW_BLOCKS // 4
+    blocks = MAX_TILE_BLOCKS // 4  # the tiles' own bound
     assert short.fits([blocks * 64 - 64], [64]) and not short.fits([blocks * 64], [64])
 
 
