@@ -6,6 +6,8 @@
 #     the Triton decode's GPU suite (the grouped rows' cases among them), the one-row Triton decode against the
 #     kernel before, the grouped rows against each row alone (kernels/probes/grouped_decode.py)
 #   call 2, carry [".dev/sgl2", ".dev/before"]: bash sglang_hs/results/2026-12-05-s36-h200/run.sh 2
+#     (SGLang comes in two pieces: on a fresh machine a call carrying ".dev/sgl1" must come first, e.g. call 1 or
+#     `source scripts/device_env.sh`, as the thirty-seventh session found: its first call 2 ran without SGLang)
 #     the short extends' GPU test (real CUDA graphs against the eager extend: rows alone, grouped, new prompts);
 #     probe_host (host and total of a question, the rows grouped or not)
 #   call 3: bash sglang_hs/results/2026-12-05-s36-h200/run.sh 3
