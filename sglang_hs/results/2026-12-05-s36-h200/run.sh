@@ -15,9 +15,13 @@
 #     eager) and a cold 64-token prompt (eager before): this tree, then the tree before
 #   call 4: bash sglang_hs/results/2026-12-05-s36-h200/run.sh 4
 #     served: stock, then this tree again
+#   (calls 3-4 at a 16K prefix since the thirty-seventh session: at 64K the tiles' bound, MAX_TILE_BLOCKS, now sends
+#   the question to the eager extend, as the tree before did)
+#   call 5, carry [".dev/before"]: bash sglang_hs/results/2026-12-05-s36-h200/run.sh 5
+#     the grouped rows with the thirty-seventh session's split rule, at 2 and 3 stages
 source scripts/device_env.sh; export HS_KERNELS_CACHE=/tmp/hsk; mkdir -p $OUT
 date -u +"start %F %T UTC"; nvidia-smi --query-gpu=name --format=csv,noheader
-F="--contexts 4096,80 --batches 1 --output-tokens 16 --prefix 65536 --questions 3 --question-tokens 64"
+F="--contexts 4096,80 --batches 1 --output-tokens 16 --prefix 16384 --questions 3 --question-tokens 64"
 if [ "$1" = 0 ]; then  # the least that checks the kernel change, for a short budget (carry [".dev/before"])
   timeout 150 python -m pytest -q -m gpu tests/test_kernels_gpu_decode.py -k "(grouped or matches_reference) and not cuda" \
     > $OUT/decode-tests.log 2>&1
@@ -53,5 +57,12 @@ if [ "$1" = 3 ]; then
 fi
 if [ "$1" = 4 ]; then
   RUN_TIMEOUT=220 bash scripts/e2e_ab.sh $OUT/e2e stock . -- $F -- --cuda-graph-max-bs-decode 16
+  echo "elapsed $SECONDS s"; exit 0
+fi
+if [ "$1" = 5 ]; then
+  timeout 150 python -m pytest -q -m gpu tests/test_kernels_gpu_decode.py -k "grouped and not cuda" > $OUT/grouped-tests.log 2>&1
+  echo "grouped tests rc $?"; tail -1 $OUT/grouped-tests.log
+  timeout 200 python kernels/probes/grouped_decode.py --prefixes 4096,16384,32768,65536 --stages 3 \
+    2>&1 | tee $OUT/grouped-decode-rule.txt | grep "^|"
   echo "elapsed $SECONDS s"; exit 0
 fi
