@@ -11,7 +11,7 @@
 #     the short extends' GPU test (real CUDA graphs against the eager extend: rows alone, grouped, new prompts);
 #     probe_host (host and total of a question, the rows grouped or not)
 #   call 3: bash sglang_hs/results/2026-12-05-s36-h200/run.sh 3
-#     served, a cached 64-token question after a 64K prefix (its rows read too much there for the tree before:
+#     served, a cached 64-token question after a 16K prefix (its rows read too much there for the tree before:
 #     eager) and a cold 64-token prompt (eager before): this tree, then the tree before
 #   call 4: bash sglang_hs/results/2026-12-05-s36-h200/run.sh 4
 #     served: stock, then this tree again
