@@ -32,13 +32,11 @@ def main() -> None:
     ap.add_argument("--prefixes", default="4096,16384,32768,65536")
     ap.add_argument("--questions", default="16,64")
     ap.add_argument("--heads", default="16/4/128", help="query heads / KV heads / head_dim")
-    ap.add_argument("--splits", default="", help="split counts to time the grouped rows at, besides the default")
-    ap.add_argument("--warps", default="", help="warp counts to time the grouped rows at, besides the default")
-    ap.add_argument("--stages", default="", help="pipeline stages to time the grouped rows at, besides the default")
+    launch = {"splits": "num_splits", "warps": "num_warps", "stages": "num_stages"}  # flag: decode_attention's keyword
+    for flag in launch:
+        ap.add_argument(f"--{flag}", default="", help=f"{flag} to time the grouped rows at, besides the default")
     args = ap.parse_args()
-    variants = [(f"{n} splits", {"num_splits": int(n)}) for n in args.splits.split(",") if n]
-    variants += [(f"{n} warps", {"num_warps": int(n)}) for n in args.warps.split(",") if n]
-    variants += [(f"{n} stages", {"num_stages": int(n)}) for n in args.stages.split(",") if n]
+    variants = [(f"{n} {flag}", {key: int(n)}) for flag, key in launch.items() for n in getattr(args, flag).split(",") if n]
     h_q, h_kv, d = (int(x) for x in args.heads.split("/"))
     gen = torch.Generator(device="cuda")
     gen.manual_seed(0)
