@@ -36,7 +36,8 @@ def main() -> None:
     for flag in launch:
         ap.add_argument(f"--{flag}", default="", help=f"{flag} to time the grouped rows at, besides the default")
     args = ap.parse_args()
-    variants = [(f"{n} {flag}", {key: int(n)}) for flag, key in launch.items() for n in getattr(args, flag).split(",") if n]
+    variants = [(f"{n} {flag}", {key: int(n)})
+                for flag, key in launch.items() for n in getattr(args, flag).split(",") if n]
     h_q, h_kv, d = (int(x) for x in args.heads.split("/"))
     gen = torch.Generator(device="cuda")
     gen.manual_seed(0)
