@@ -82,12 +82,14 @@ def paged(k_index, v_index, gen, spare_pages=5):
 
 def extend_rows(seqs, padding, seq_pages):
     """An extend's tokens as decode rows: sequence ``i`` of ``seqs`` ``(prefix, tokens)`` (its pages ``seq_pages[i]``)
-    as rows at lengths ``prefix + 1 ..``, group ``7 i + 3``; then ``padding`` rows of length 1 on page 0, group -1
-    (short extends' buckets). Returns ``(pages, groups, seq_lens)``, int32 on ``seq_pages``' device."""
+    as rows at lengths ``prefix + 1 ..``, group ``7 i + 3``; then ``padding`` rows of length 1, group -1, on the first
+    sequence's first page: a page with real slots, as SGLang's padding page 0 is in a serving pool (``paged`` shuffles
+    pages, so page 0 may hold a sequence's unused columns, NO_BLOCK). Returns ``(pages, groups, seq_lens)``, int32 on
+    ``seq_pages``' device."""
     dev = seq_pages.device
     which = [i for i, (p, t) in enumerate(seqs) for _ in range(t)]
     lens = [p + 1 + r for p, t in seqs for r in range(t)] + [1] * padding
-    pages = torch.cat([seq_pages[which], torch.zeros(padding, seq_pages.shape[1], dtype=torch.int32, device=dev)])
+    pages = torch.cat([seq_pages[which], seq_pages[0, 0].expand(padding, seq_pages.shape[1])])
     groups = torch.tensor([7 * i + 3 for i in which] + [-1] * padding, dtype=torch.int32, device=dev)
     return pages, groups, torch.tensor(lens, dtype=torch.int32, device=dev)
 
