@@ -111,7 +111,7 @@ def variants() -> list[Variant]:
     and the other supported head_dims, with the launchers' default options (``hs_kernels.gpu``)."""
     from . import gpu
 
-    decode_warps, decode_stages = _defaults(gpu.triton_decode, "num_warps", "num_stages")
+    decode_warps, = _defaults(gpu.triton_decode, "num_warps")
     stream_warps, stream_stages = _defaults(gpu.triton_streaming, "num_warps", "num_stages")
     compress_warps, = _defaults(gpu.triton_compress, "num_warps")
     out = []
@@ -121,11 +121,12 @@ def variants() -> list[Variant]:
                 out.append(Variant(f"decode d{d} K{k_mode} V{v_mode}{' paged' if paged else ''}", "triton_decode",
                                    "decode_kernel", _decode_types(), dict(H_KV=8, G=4, BLOCK_H=16, D=d, K_MODE=k_mode,
                                                                           V_MODE=v_mode, PRMT=True, PAGED=paged, ROWS=1),
-                                   decode_warps, decode_stages))
+                                   decode_warps, gpu.decode_stages(1, d)))
         rows = gpu.decode_tile_rows(4, d)  # an extend's tokens as grouped decode rows (short extends)
         out.append(Variant(f"decode d{d} K3 V3 paged, {rows} rows a program", "triton_decode", "decode_kernel",
                            _decode_types(), dict(H_KV=8, G=4, BLOCK_H=4 * rows, D=d, K_MODE=3, V_MODE=3, PRMT=True,
-                                                 PAGED=True, ROWS=rows), max(decode_warps, gpu.TILE_WARPS), decode_stages))
+                                                 PAGED=True, ROWS=rows), max(decode_warps, gpu.TILE_WARPS),
+                           gpu.decode_stages(rows, d)))
         combine = {"o_part": "*fp32", "lse_part": "*fp32", "out": "*bf16", "lse_out": "*fp32", "rows": "i32",
                    "splits": "i32", "o_row": "i32", "o_split": "i32", "l_row": "i32", "l_split": "i32"}
         for dependent in (False, True):  # the CUDA decode's combine on sm_90 is a programmatic dependent

@@ -117,6 +117,14 @@ def test_decode_tile_rows():
     assert gpu.decode_tile_rows(64, 128) == 1
 
 
+def test_decode_stages():
+    from hs_kernels import gpu
+
+    assert gpu.decode_stages(16, 128) == 3 and gpu.decode_stages(16, 64) == 3  # grouped rows (H100 probe)
+    assert gpu.decode_stages(8, 256) == 2  # 3 stages would double its spills (tests/test_kernels_resources.py)
+    assert gpu.decode_stages(1, 128) == 2
+
+
 def test_triton_decode_splits():
     """The Triton decode's split rule at the H200's 132 SMs: 8 at B=8, 32K (the measured best)."""
     from hs_kernels import gpu
