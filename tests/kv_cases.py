@@ -73,9 +73,10 @@ def paged(k_index, v_index, gen, spare_pages=5):
     pages = torch.randperm(num_pages, generator=gen, device=gen.device)[:batch * nb].view(batch, nb)
     maps = []
     for index in (k_index, v_index):
-        m = index.transpose(1, 2).reshape(-1, h_kv)[torch.randint(0, batch * nb, (num_pages,), generator=gen,
-                                                                   device=gen.device)].clone()
-        m[pages.flatten()] = index.transpose(1, 2).reshape(-1, h_kv)
+        rows = index.transpose(1, 2).reshape(-1, h_kv)
+        used = (rows[:, 0] != NO_BLOCK).nonzero()[:, 0]  # a sequence's column is used in every head or in none
+        m = rows[used[torch.randint(0, len(used), (num_pages,), generator=gen, device=gen.device)]].clone()
+        m[pages.flatten()] = rows
         maps.append(m)
     return maps[0], maps[1], pages.to(torch.int32)
 
