@@ -1,4 +1,6 @@
-# Written in the thirty-seventh session, not yet run: the decode's map entries loaded an iteration ahead (patch
+# Run in the thirty-eighth session on an H100, not merged: suite 57 passed, grouped rows 1.5-3 % faster, the one-row
+# decode 1.017x and 1.112x slower in two of six rows (kernels/BENCHMARKS.md, thirty-eighth session). Written in the
+# thirty-seventh session: the decode's map entries loaded an iteration ahead (patch
 # kernels/results/2026-12-06-s37-map-prefetch.patch, triton_decode.decode_kernel). The grouped rows are latency-bound
 # (about 5 us a block a program on an H100, kernels/BENCHMARKS.md, thirty-seventh session) and each block waits for its
 # page, then its map entries, then its data; the patch starts the next block's page and entries during this block's
