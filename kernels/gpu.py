@@ -200,8 +200,7 @@ def decode_attention(q: torch.Tensor, k_pool: BlockPool, v_pool: BlockPool,
     ``kernel``: "auto" (the CUDA kernel where ``cuda_decode_supported`` and it builds, else Triton), "cuda"
     (raises ValueError where not supported, and the build's error where it does not build) or "triton". ``num_splits`` (optional) overrides the split-KV count;
     ``num_warps`` / ``num_stages`` are the Triton kernel's launch options (``triton_decode``'s defaults). No host
-    synchronisation on the
-    GPU path (seq_lens are not range-checked there: they must lie in ``[1, 64 * max_blocks]``).
+    synchronisation on the GPU path (seq_lens are not range-checked there: they must lie in ``[1, 64 * max_blocks]``).
     """
     if kernel not in DECODE_KERNELS:
         raise ValueError(f"kernel must be one of {', '.join(DECODE_KERNELS)}, got {kernel!r}")
