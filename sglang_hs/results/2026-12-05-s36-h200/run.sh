@@ -17,6 +17,9 @@
 #     served: stock, then this tree again
 #   (calls 3-4 at a 16K prefix since the thirty-seventh session: at 64K the tiles' bound, MAX_TILE_BLOCKS, now sends
 #   the question to the eager extend, as the tree before did)
+#   call 6, carry [".dev/sgl2", ".dev/before"] after a call carrying ".dev/sgl1": bash .../run.sh 6
+#     served, this tree and the tree before alternating twice (the thirty-ninth session: a machine's first server
+#     answered its cached questions slower, so one pair in one order does not compare)
 #   call 5, carry [".dev/before"]: bash sglang_hs/results/2026-12-05-s36-h200/run.sh 5
 #     the grouped rows with the thirty-seventh session's split rule, at 2 and 3 stages
 source scripts/device_env.sh; export HS_KERNELS_CACHE=/tmp/hsk; mkdir -p $OUT
@@ -57,6 +60,10 @@ if [ "$1" = 3 ]; then
 fi
 if [ "$1" = 4 ]; then
   RUN_TIMEOUT=220 bash scripts/e2e_ab.sh $OUT/e2e stock . -- $F -- --cuda-graph-max-bs-decode 16
+  echo "elapsed $SECONDS s"; exit 0
+fi
+if [ "$1" = 6 ]; then
+  RUN_TIMEOUT=220 bash scripts/e2e_ab.sh $OUT/e2e . .dev/before . .dev/before -- $F -- --cuda-graph-max-bs-decode 16
   echo "elapsed $SECONDS s"; exit 0
 fi
 if [ "$1" = 5 ]; then
