@@ -4,7 +4,7 @@
 # .scratch/main`), served as hs, with hs flags after an @ (no spaces: `.@--hs-extend-graph-tokens=64`); "stock" is
 # stock SGLang. Source scripts/device_env.sh first (it links /tmp/pp).
 #   bash scripts/e2e_ab.sh OUT VARIANT... -- BENCH_E2E_FLAGS...   (each run's log, results.json, server log and
-#   --profile-steps tables under OUT)
+#   --profile-steps tables in OUT/runs.tar.gz: a device call brings back at most 8 files, and four runs make 12)
 out=$1; shift
 variants=()
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do variants+=("$1"); shift; done
@@ -45,3 +45,4 @@ for path in sorted(glob.glob(os.path.join(sys.argv[1], "r*.json")), key=lambda p
     print(os.path.basename(path)[:-5], engine, runs, "| prefix cold %.3f cached %.3f [%s] ids %s" % (
         p.get("cold_ttft_s", float("nan")), p.get("cached_ttft_s", float("nan")), each, ids))
 PY
+(cd "$out" && tar -czf runs.tar.gz --remove-files r[0-9]*)
