@@ -320,6 +320,13 @@ def decode_stages(tile_rows: int, head_dim: int) -> int:
     return 3 if tile_rows > 1 and head_dim <= 128 else 2
 
 
+def decode_launch(tile_rows: int, head_dim: int, num_warps: int, num_stages: int | None = None) -> tuple[int, int]:
+    """The Triton decode's ``(num_warps, num_stages)`` for ``tile_rows`` rows a program: the warps asked for, at least
+    ``TILE_WARPS`` for grouped rows; the stages asked for, else ``decode_stages``."""
+    warps = num_warps if tile_rows == 1 else max(num_warps, TILE_WARPS)
+    return warps, num_stages or decode_stages(tile_rows, head_dim)
+
+
 def triton_decode(q, k_pool, v_pool, k_index, v_index, seq_lens, scale: float, splits: int,
                   num_warps: int = 2, num_stages: int | None = None, parts=None, pages=None, groups=None,
                   tile_rows: int | None = None):
@@ -328,8 +335,8 @@ def triton_decode(q, k_pool, v_pool, k_index, v_index, seq_lens, scale: float, s
     the select form of the 2:4 unpack: the interpreter cannot run PTX).
     ``parts``: optional per-split workspace ``(o_part [B, H_q, splits, D], lse_part [B, H_q, splits])``
     float32 (tests pass poisoned buffers to see that every element is written). ``groups`` (with ``pages``):
-    ``decode_attention``'s; a program then takes ``tile_rows`` rows (default ``decode_tile_rows``), at least
-    ``TILE_WARPS`` warps; ``num_stages`` defaults to ``decode_stages``."""
+    ``decode_attention``'s; a program then takes ``tile_rows`` rows (default ``decode_tile_rows``), launched with
+    ``decode_launch``'s options."""
     from . import triton_decode as td
     from .triton_blocks import LOG2E
 
@@ -337,6 +344,7 @@ def triton_decode(q, k_pool, v_pool, k_index, v_index, seq_lens, scale: float, s
     h_kv, max_blocks = k_index.shape[1], (k_index if pages is None else pages).shape[-1]
     g = h_q // h_kv
     rows = 1 if groups is None else tile_rows or decode_tile_rows(g, d)
+    warps, stages = decode_launch(rows, d, num_warps, num_stages)
     o_part, lse_part = parts or (torch.empty(batch, h_q, splits, d, dtype=torch.float32, device=q.device),
                                  torch.empty(batch, h_q, splits, dtype=torch.float32, device=q.device))
     td.decode_kernel[(splits, h_kv, -(-batch // rows))](
@@ -348,8 +356,7 @@ def triton_decode(q, k_pool, v_pool, k_index, v_index, seq_lens, scale: float, s
         o_part, lse_part, scale * LOG2E, max_blocks, splits, batch,
         H_KV=h_kv, G=g, BLOCK_H=max(16, _next_pow2(rows * g)), D=d,
         K_MODE=_pool_kinds(k_pool), V_MODE=_pool_kinds(v_pool), PRMT=q.is_cuda, PAGED=pages is not None, ROWS=rows,
-        num_warps=num_warps if rows == 1 else max(num_warps, TILE_WARPS),
-        num_stages=num_stages or decode_stages(rows, d))
+        num_warps=warps, num_stages=stages)
     return _combine(q, o_part, lse_part, splits)
 
 

@@ -121,12 +121,11 @@ def variants() -> list[Variant]:
                 out.append(Variant(f"decode d{d} K{k_mode} V{v_mode}{' paged' if paged else ''}", "triton_decode",
                                    "decode_kernel", _decode_types(), dict(H_KV=8, G=4, BLOCK_H=16, D=d, K_MODE=k_mode,
                                                                           V_MODE=v_mode, PRMT=True, PAGED=paged, ROWS=1),
-                                   decode_warps, gpu.decode_stages(1, d)))
+                                   *gpu.decode_launch(1, d, decode_warps)))
         rows = gpu.decode_tile_rows(4, d)  # an extend's tokens as grouped decode rows (short extends)
         out.append(Variant(f"decode d{d} K3 V3 paged, {rows} rows a program", "triton_decode", "decode_kernel",
                            _decode_types(), dict(H_KV=8, G=4, BLOCK_H=4 * rows, D=d, K_MODE=3, V_MODE=3, PRMT=True,
-                                                 PAGED=True, ROWS=rows), max(decode_warps, gpu.TILE_WARPS),
-                           gpu.decode_stages(rows, d)))
+                                                 PAGED=True, ROWS=rows), *gpu.decode_launch(rows, d, decode_warps)))
         combine = {"o_part": "*fp32", "lse_part": "*fp32", "out": "*bf16", "lse_out": "*fp32", "rows": "i32",
                    "splits": "i32", "o_row": "i32", "o_split": "i32", "l_row": "i32", "l_split": "i32"}
         for dependent in (False, True):  # the CUDA decode's combine on sm_90 is a programmatic dependent

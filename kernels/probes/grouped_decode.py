@@ -32,12 +32,12 @@ def main() -> None:
     ap.add_argument("--prefixes", default="4096,16384,32768,65536")
     ap.add_argument("--questions", default="16,64")
     ap.add_argument("--heads", default="16/4/128", help="query heads / KV heads / head_dim")
-    launch = {"splits": "num_splits", "warps": "num_warps", "stages": "num_stages"}  # flag: decode_attention's keyword
-    for flag in launch:
+    options = {"splits": "num_splits", "warps": "num_warps", "stages": "num_stages"}  # flag: decode_attention's keyword
+    for flag in options:
         ap.add_argument(f"--{flag}", default="", help=f"{flag} to time the grouped rows at, besides the default")
     args = ap.parse_args()
     variants = [(f"{n} {flag}", {key: int(n)})
-                for flag, key in launch.items() for n in getattr(args, flag).split(",") if n]
+                for flag, key in options.items() for n in getattr(args, flag).split(",") if n]
     h_q, h_kv, d = (int(x) for x in args.heads.split("/"))
     gen = torch.Generator(device="cuda")
     gen.manual_seed(0)
