@@ -63,7 +63,7 @@ def library() -> ctypes.CDLL:
     lib = ctypes.CDLL(str(build(f"sm_{major}{minor}")))
     p, i = ctypes.c_void_p, ctypes.c_int
     lib.hs_decode_sp.restype = i
-    lib.hs_decode_sp.argtypes = [i, i, i] + [p] * 13 + [ctypes.c_float] + [i] * 5 + [p]
+    lib.hs_decode_sp.argtypes = [i, i, i] + [p] * 14 + [ctypes.c_float] + [i] * 5 + [p]
     lib.hs_decode_sp_resident.restype = i
     lib.hs_decode_sp_resident.argtypes = [i, i, i]
     return lib
@@ -84,21 +84,37 @@ def _ptr(x: torch.Tensor) -> int:
 
 
 def launch(q, k_pool, v_pool, k_index, v_index, seq_lens, o_part, lse_part, scale_log2: float, splits: int,
-           slots: int = DEFAULT_SLOTS, pages=None) -> None:
+           slots: int = DEFAULT_SLOTS, pages=None, counters=None) -> None:
     """The kernel on checked, contiguous CUDA inputs (``gpu.cuda_decode``); ``slots``: one of ``SLOTS``, the
     operands each warp stages (``slots - 1`` in flight while one is computed); ``pages``: int32 ``[B, blocks]``
-    through which the maps ``[num_pages, H_kv]`` are read, or None (maps ``[B, H_kv, blocks]``); raises on a CUDA
-    error."""
+    through which the maps ``[num_pages, H_kv]`` are read, or None (maps ``[B, H_kv, blocks]``); ``counters``: None
+    (each split a fixed range of blocks), or ``balance_counters``' buffer (half of them taken by whichever split is
+    ready: faster, results within rounding from run to run); raises on a CUDA error."""
     batch, h_q, d = q.shape
     h_kv, max_blocks = k_index.shape[1], (k_index if pages is None else pages).shape[-1]
     rc = library().hs_decode_sp(
         d, int(q.dtype == torch.bfloat16), slots, _ptr(q), _ptr(k_pool.dense), _ptr(k_pool.values), _ptr(k_pool.meta),
         _ptr(v_pool.dense), _ptr(v_pool.values), _ptr(v_pool.meta), _ptr(k_index), _ptr(v_index),
-        0 if pages is None else _ptr(pages), _ptr(seq_lens),
+        0 if pages is None else _ptr(pages), _ptr(seq_lens), 0 if counters is None else _ptr(counters),
         _ptr(o_part), _ptr(lse_part), scale_log2, batch, max_blocks, splits, h_kv, h_q // h_kv,
         torch.cuda.current_stream(q.device).cuda_stream)
     if rc:
         raise RuntimeError(f"hs_decode_sp failed: {'unsupported head_dim or slots' if rc == _ERR_UNSUPPORTED else f'CUDA error {rc}'}")
+
+
+_COUNTERS: dict[tuple[int, int], torch.Tensor] = {}
+
+
+def balance_counters(device: torch.device, rows: int) -> torch.Tensor:
+    """The balanced kernel's counters for ``rows`` (sequence, KV head) rows: int32, two per row, all zero between
+    calls (each row's last program puts its two back). One buffer per device and current stream, since calls that
+    share one must run in stream order; a CUDA graph keeps the buffer of the stream it was captured on."""
+    stream = torch.cuda.current_stream(device)
+    key = (stream.device_index, stream.cuda_stream)
+    buf = _COUNTERS.get(key)
+    if buf is None or buf.numel() < 2 * rows:
+        buf = _COUNTERS[key] = torch.zeros(2 * max(rows, 4096), dtype=torch.int32, device=device)
+    return buf
 
 
 def warm_up(head_dim: int, dtype: torch.dtype, device: torch.device) -> None:

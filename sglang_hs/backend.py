@@ -132,6 +132,8 @@ class HSAttnBackend(AttentionBackend):
         self.max_blocks = -(-self.req_to_token_pool.req_to_token.shape[1] // BLOCK_SIZE)  # any request's
         self._extend: list[ExtendSeq] | None = []  # per extend, likewise (_extend_metadata; None: not yet built)
         self._extend_args: list[tuple] = []  # its sequences' (locs, start, prefix, length)
+        # the CUDA decode's balanced splits sum a row's blocks in a varying order: not under SGLang's deterministic mode
+        self.balance = not (on_kernels and model_runner.server_args.enable_deterministic_inference)
         # the reference syncs the host, which a CUDA graph cannot hold; --disable-cuda-graph turns ours off too
         graphs = on_kernels and self.settings.extend_graph_tokens and not model_runner.server_args.disable_cuda_graph
         self.short_extends = None
@@ -427,7 +429,8 @@ class HSAttnBackend(AttentionBackend):
             with span("hs.retrieval_attention"):
                 out, _ = decode_attention(q[:, heads_r], store.pools["k"], store.pools["v"], store.index["k"],
                                           store.index["v"], step.seq_lens, layer.scaling,
-                                          kernel=self.settings.decode_kernel, pages=step.pages, groups=step.groups)
+                                          kernel=self.settings.decode_kernel, pages=step.pages, groups=step.groups,
+                                          balance=self.balance)
             parts.append((heads_r, out))
         if store.n_s:
             with span("hs.streaming_attention"):

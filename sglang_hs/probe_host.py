@@ -78,7 +78,8 @@ def build(args) -> tuple[HSAttnBackend, torch.Tensor]:
         kept = min(end, args.prefix)  # the question's window stays, as the radix cache pins it at a prompt's end
         pool.trim_stream(ROW, locs[:kept], kept, running=True)  # as the radix cache does after each chunk
     runner = NS(device=args.device, req_to_token_pool=NS(req_to_token=req_to_token), token_to_kv_pool=pool,
-                model_config=NS(num_attention_heads=args.kv_heads * args.group, num_key_value_heads=args.kv_heads))
+                model_config=NS(num_attention_heads=args.kv_heads * args.group, num_key_value_heads=args.kv_heads),
+                server_args=NS(disable_cuda_graph=False, enable_deterministic_inference=False))
     return HSAttnBackend(runner), locs
 
 

@@ -46,7 +46,8 @@ def make_backend(device: str = "cpu", dtype=torch.float32, head_dim: int = D,
     pool.settings.extend_graph_tokens = extend_graph_tokens
     req_to_token = torch.zeros(4, WIDTH, dtype=torch.int32, device=device)
     runner = NS(device=device, req_to_token_pool=NS(req_to_token=req_to_token), token_to_kv_pool=pool,
-                model_config=NS(num_attention_heads=H_KV * GROUP, num_key_value_heads=H_KV))
+                model_config=NS(num_attention_heads=H_KV * GROUP, num_key_value_heads=H_KV),
+                server_args=NS(disable_cuda_graph=False, enable_deterministic_inference=False))
     return HSAttnBackend(runner)
 
 

@@ -81,6 +81,32 @@ def test_cuda_decode_matches_reference(case, splits, slots):
     check(case, splits, 1.0 / math.sqrt(case[3]) if splits != 3 else 0.07, kernel="cuda", slots=slots)
 
 
+@needs_cuda_kernel
+@pytest.mark.parametrize("case", [
+    (3, 32, 8, 128, torch.bfloat16, [1, 700, 2049], 0.5, 0.5),
+    (4, 12, 4, 64, torch.float16, [64, 9000, 130, 4097], 1.0, 1.0),
+    (2, 32, 8, 128, torch.bfloat16, [20000, 333], 0.0, 1.0)],
+    ids=lambda c: f"b{c[0]}-hq{c[1]}-hkv{c[2]}-d{c[3]}-{str(c[4])[6:]}-k{c[6]}-v{c[7]}")
+@pytest.mark.parametrize("splits", [2, 8, 33])
+def test_cuda_decode_balanced_splits_leave_their_counters_at_zero(case, splits):
+    """Balanced splits (the default: half of a row's blocks taken by whichever split is ready) match the reference
+    call after call, since each call puts its counters back to zero (checked after each of five); fixed ranges
+    (``balance=False``) give bitwise the same result twice."""
+    for _ in range(5):
+        check(case, splits, 0.07, kernel="cuda")
+        counters = cuda_decode.balance_counters(torch.device("cuda"), case[0] * case[2])
+        assert counters.any().item() is False
+    gen = torch.Generator(device="cuda")
+    gen.seed()
+    batch, h_q, h_kv, d, dtype, seq_lens, p_k, p_v = case
+    k_pool, v_pool, k_index, v_index, sl = make_case(batch, h_kv, d, seq_lens, p_k, p_v, dtype, gen, "cuda")
+    q = torch.randn(batch, h_q, d, generator=gen, device="cuda").to(dtype)
+    fixed = [gpu.cuda_decode(q, k_pool, v_pool, k_index, v_index, sl, 0.07, splits, balance=False) for _ in range(2)]
+    assert torch.equal(fixed[0][0], fixed[1][0]) and torch.equal(fixed[0][1], fixed[1][1])
+    r_out, r_lse = ref.decode_attention(q, k_pool, v_pool, k_index, v_index, sl, 0.07)
+    assert rel_err(fixed[0][0], r_out) < 1e-2 and (fixed[0][1] - r_lse).abs().max().item() < 1e-2
+
+
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"b{c[0]}-hq{c[1]}-hkv{c[2]}-d{c[3]}-{str(c[4])[6:]}-k{c[6]}-v{c[7]}")
 @pytest.mark.parametrize("kernel", ["triton", "cuda 3", "cuda 4"])
 @pytest.mark.parametrize("splits", [1, 3])

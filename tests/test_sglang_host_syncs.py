@@ -86,8 +86,8 @@ def gpu(monkeypatch):
     ``(where, kernel name)``."""
     reads, launches = HostReads(), []
 
-    def cuda_decode(*args, **kwargs):
-        launches.append((reads.where, "cuda_decode"))
+    def cuda_decode(*args, **kwargs):  # "fixed": without the counters of balanced splits
+        launches.append((reads.where, "cuda_decode" if args[-1] is not None else "cuda_decode fixed"))
 
     def cuda_prefill(q, k, v, *args, **kwargs):
         launches.append((reads.where, "cuda_prefill"))
@@ -107,20 +107,23 @@ def gpu(monkeypatch):
     monkeypatch.setattr(cp, "built", lambda *args, **kwargs: True)
     monkeypatch.setattr(cd, "warm_up", lambda *args: None)
     monkeypatch.setattr(cd, "resident_per_sm", lambda *args: 2)
+    monkeypatch.setattr(cd, "balance_counters", lambda device, rows: torch.zeros(2 * rows, dtype=torch.int32, device=device))
     monkeypatch.setattr(cd, "launch", cuda_decode)
     monkeypatch.setattr(cp, "launch", cuda_prefill)
     with FakeTensorMode(allow_non_fake_inputs=True), reads:
         yield reads, launches
 
 
-def make_backend(reads: HostReads, tokens: int, decode_kernel: str = "auto") -> HSAttnBackend:
-    """The backend over a pool for ``tokens``; what its start-up synced is forgotten (``reads``)."""
+def make_backend(reads: HostReads, tokens: int, decode_kernel: str = "auto", deterministic: bool = False) -> HSAttnBackend:
+    """The backend over a pool for ``tokens``; what its start-up synced is forgotten (``reads``); ``deterministic``:
+    SGLang's --enable-deterministic-inference."""
     pool = small_pool(GROUPS, 1.0, 1.0, -(-tokens // 64) + 8, layers=LAYERS, head_dim=D, sink=128, window=256,
                       dtype=torch.bfloat16, device="cuda")
     pool.settings.decode_kernel = decode_kernel
     req_to_token = torch.zeros(4, tokens + 64, dtype=torch.int32, device="cuda")
     runner = NS(device="cuda", req_to_token_pool=NS(req_to_token=req_to_token), token_to_kv_pool=pool,
-                model_config=NS(num_attention_heads=H_KV * GROUP, num_key_value_heads=H_KV))
+                model_config=NS(num_attention_heads=H_KV * GROUP, num_key_value_heads=H_KV),
+                server_args=NS(disable_cuda_graph=False, enable_deterministic_inference=deterministic))
     backend = HSAttnBackend(runner)
     reads.reads.clear()
     return backend
@@ -204,7 +207,7 @@ def test_short_extends_follow_sglangs_cuda_graph_flag(gpu, caplog, disabled):
     pool.settings.extend_graph_tokens = 64
     runner = NS(device="cuda", req_to_token_pool=NS(req_to_token=torch.zeros(4, 1088, dtype=torch.int32, device="cuda")),
                 token_to_kv_pool=pool, model_config=NS(num_attention_heads=H_KV * GROUP, num_key_value_heads=H_KV),
-                server_args=NS(disable_cuda_graph=disabled))
+                server_args=NS(disable_cuda_graph=disabled, enable_deterministic_inference=False))
     with caplog.at_level("INFO", logger="sglang_hs"):
         backend = HSAttnBackend(runner)
     assert (backend.short_extends is None) == disabled
@@ -259,27 +262,42 @@ def test_cuda_prefix_path_reads_the_split_once_per_forward(gpu):
 @pytest.mark.parametrize("decode_kernel, kernel", [("triton", "decode_kernel"), ("auto", "cuda_decode")])
 @pytest.mark.parametrize("graph", [False, True])
 def test_decode_step_makes_no_host_sync(gpu, decode_kernel, kernel, graph):
-    """A decode step of three sequences (none at a page's end, so no bookkeeping), eager or as a graph's replay: no
-    read at all, the step's metadata included (captured in the graph)."""
+    """A decode step (``decode_step``): no read at all, the step's metadata included (captured in the graph)."""
     reads, launches = gpu
-    lens = [4200, 300, 70]
-    backend = make_backend(reads, max(lens), decode_kernel)
-    seq_lens = torch.tensor(lens)
-    batch = NS(forward_mode=ForwardMode.DECODE, req_pool_indices=torch.tensor([0, 1, 2], device="cuda"),
-               seq_lens=seq_lens.to("cuda"), seq_lens_cpu=seq_lens,
-               out_cache_loc=torch.zeros(len(lens), dtype=torch.int64, device="cuda"))
-    reads.reads.clear()  # the inputs SGLang hands over
-    reads.where = "metadata"
-    if graph:
-        backend.init_cuda_graph_state(len(lens), len(lens))
-        backend.init_forward_metadata_out_graph(batch)
-    else:
-        backend.init_forward_metadata(batch)
-    run_layers(backend, reads, backend.forward_decode, batch, len(lens))
+    decode_step(make_backend(reads, max(LENS), decode_kernel), reads, graph)
     assert reads.reads == []
     first, *others = per_layer(launches)
     assert {"write_kernel", kernel, "stream_kernel"} <= set(first)
     assert all(names == first for names in others)
+
+
+LENS = [4200, 300, 70]
+
+
+def decode_step(backend, reads, graph: bool = False):
+    """A decode step of three sequences (none at a page's end, so no bookkeeping), eager or as a graph's replay."""
+    seq_lens = torch.tensor(LENS)
+    batch = NS(forward_mode=ForwardMode.DECODE, req_pool_indices=torch.tensor([0, 1, 2], device="cuda"),
+               seq_lens=seq_lens.to("cuda"), seq_lens_cpu=seq_lens,
+               out_cache_loc=torch.zeros(len(LENS), dtype=torch.int64, device="cuda"))
+    reads.reads.clear()  # the inputs SGLang hands over
+    reads.where = "metadata"
+    if graph:
+        backend.init_cuda_graph_state(len(LENS), len(LENS))
+        backend.init_forward_metadata_out_graph(batch)
+    else:
+        backend.init_forward_metadata(batch)
+    run_layers(backend, reads, backend.forward_decode, batch, len(LENS))
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_deterministic_inference_keeps_the_cuda_decode_splits_fixed(gpu, deterministic):
+    """Under SGLang's --enable-deterministic-inference the CUDA decode's splits stay fixed ranges of blocks (balanced
+    splits sum a row's blocks in an order that varies from run to run); else they are balanced."""
+    reads, launches = gpu
+    decode_step(make_backend(reads, max(LENS), deterministic=deterministic), reads)
+    assert {name for _, name in launches if name.startswith("cuda_decode")} == {
+        "cuda_decode fixed" if deterministic else "cuda_decode"}
 
 
 @pytest.mark.parametrize("opens_page", [False, True])

@@ -22,6 +22,13 @@
 // byte of shared memory (3 slots: 48 KB, 4 warps per SM; 4 slots: 64 KB, 3 operands in flight per warp).
 // Rows are stored with an XOR swizzle of their 16-byte chunks so that each fragment read is free of
 // bank conflicts (`dense_unit`, `k_word`, `v_word`).
+// Balanced splits (a `counters` buffer given): the memory system serves the programs of one launch unevenly (equal
+// work took 210-280 us at B = 8, 32K on an H100; an SM running fewer programs did not serve them faster), and the last
+// one sets the time. So each split takes half its share of a row's blocks as a fixed range, and the rest one block
+// at a time from the row's counter, taken a block ahead so that the atomic's latency is hidden: faster programs take
+// more. The row's last program to finish taking puts its counters back to zero. The order in which a row's blocks
+// are summed then varies from run to run (the results within rounding); without counters the splits are fixed
+// ranges and the results bitwise reproducible.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -150,13 +157,13 @@ __device__ __forceinline__ void stage_block(uint8_t* dst, int entry, const uint1
     for (int u = lane; u < BS * D / 128; u += 32) cp_async16(mdst + u, msrc + u);
 }
 
-// Operand n of a split (block start + n / 2; K when n is even, V when odd) into its slot, as one commit group
-// (an empty one past the split's end, so that every step waits for the same count).
+// Operand n of a program (K when n is even, V when odd) into its slot, as one commit group (an empty one where its
+// block is past the program's last, so that every step waits for the same count).
 template <int D>
-__device__ __forceinline__ void stage_operand(uint8_t* slot, int n, int operands, int entry, const uint16_t* k_dense,
+__device__ __forceinline__ void stage_operand(uint8_t* slot, int n, bool live, int entry, const uint16_t* k_dense,
                                               const uint32_t* k_vals, const uint32_t* k_meta, const uint16_t* v_dense,
                                               const uint32_t* v_vals, const uint32_t* v_meta, int lane) {
-    if (n < operands) {
+    if (live) {
         if (n & 1)
             stage_block<D, false>(slot, entry, v_dense, v_vals, v_meta, lane);
         else
@@ -177,22 +184,43 @@ __device__ __forceinline__ void shift_in(int (&entries)[N], int next) {
 // int16, V^T sparse values [slots, D, 32] and metadata [slots, D, 4] (hs_kernels.format), read as 32-bit words.
 // Index maps [B, h_kv, max_blocks]; or, where pages is not null, a pool's maps [num_pages, h_kv] whose row for block
 // j of sequence b is pages[b, j] (read in place: no gather of the maps per layer and step).
+// counters: null (fixed splits), or int32 [B h_kv, 2] all zero (balanced splits; left zero: calls that share it must
+// run in stream order).
 template <int D, bool BF16, int SLOTS>
 __global__ void __launch_bounds__(32, 1) decode_sp_kernel(
     const uint16_t* __restrict__ q, const uint16_t* __restrict__ k_dense, const uint32_t* __restrict__ k_vals,
     const uint32_t* __restrict__ k_meta, const uint16_t* __restrict__ v_dense, const uint32_t* __restrict__ v_vals,
     const uint32_t* __restrict__ v_meta, const int32_t* __restrict__ k_index, const int32_t* __restrict__ v_index,
-    const int32_t* __restrict__ pages, const int32_t* __restrict__ seq_lens, float* __restrict__ o_part,
-    float* __restrict__ lse_part, float scale_log2, int max_blocks, int splits, int h_kv, int group) {
+    const int32_t* __restrict__ pages, const int32_t* __restrict__ seq_lens, int* __restrict__ counters,
+    float* __restrict__ o_part, float* __restrict__ lse_part, float scale_log2, int max_blocks, int splits, int h_kv,
+    int group) {
     constexpr int KC = D / 32;  // k32 chunks of head_dim
     constexpr int MI = D / 16;  // 16-row tiles of V^T
     const int split = blockIdx.x, kv = blockIdx.y, b = blockIdx.z;
     const int lane = threadIdx.x, g = lane >> 2, t = lane & 3;
     const int seq_len = seq_lens[b];
     const int n_blocks = (seq_len + BS - 1) / BS;
-    const int per = (n_blocks + splits - 1) / splits;
-    const int start = split * per, stop = min(start + per, n_blocks);
     const int h_q = h_kv * group;
+    // this program's blocks in order (take()): a fixed range, then (balanced) those it takes from the row's counter
+    int* const taken = counters ? counters + 2 * (b * h_kv + kv) : nullptr;
+    const int per = taken ? n_blocks / 2 / splits : (n_blocks + splits - 1) / splits;
+    int fixed_next = split * per;
+    const int fixed_end = min(fixed_next + per, n_blocks), shared_base = taken ? splits * per : n_blocks;
+    int ahead = 0, done_ticket = -1;  // lane 0's: the counter's value taken a block ahead; its place among the done
+    bool exhausted = !taken;
+    if (taken && lane == 0) ahead = atomicAdd(taken, 1);
+    auto take = [&]() -> int {  // the next block, -1 when there is none
+        if (fixed_next < fixed_end) return fixed_next++;
+        if (exhausted) return -1;
+        const int j = shared_base + __shfl_sync(0xffffffffu, ahead, 0);
+        if (j < n_blocks) {
+            if (lane == 0) ahead = atomicAdd(taken, 1);
+            return j;
+        }
+        exhausted = true;
+        if (lane == 0) done_ticket = atomicAdd(taken + 1, 1);
+        return -1;
+    };
 
     uint32_t qb[KC][4];  // Q^T as mma.sp's B operand: k = 32c + 8i + 2t (+1), n = head g of the group
     uint4 qd[KC];        // Q^T as the dense B operand: elements 32s + 8t .. + 7 (the dense K chunks' order)
@@ -216,27 +244,31 @@ __global__ void __launch_bounds__(32, 1) decode_sp_kernel(
     constexpr int OPERAND_BYTES = BS * D * 2;
     constexpr int AHEAD = SLOTS - 1;  // operands in flight while one is computed
     uint8_t* slots = reinterpret_cast<uint8_t*>(smem);
-    const int operands = 2 * max(0, stop - start);
-    auto entry = [&](int n) {
-        if (n >= operands) return 0;
-        const size_t j = index_row + start + (n >> 1);
-        return ((n & 1) ? v_index : k_index)[pages ? (size_t)pages[j] * h_kv + kv : j];
+    constexpr int LOOK = (AHEAD + 3) / 2;  // blocks past the current one whose entries are read
+    int ids[LOOK + 1];  // the current block and the LOOK after it (-1: none)
+    #pragma unroll
+    for (int k = 0; k <= LOOK; k++) ids[k] = take();
+    auto entry = [&](int k, bool is_v) {  // an operand's entry, of the block k past the current one
+        if (ids[k] < 0) return 0;
+        const size_t j = index_row + ids[k];
+        return (is_v ? v_index : k_index)[pages ? (size_t)pages[j] * h_kv + kv : j];
     };
     auto slot = [&](int n) { return slots + (n % SLOTS) * OPERAND_BYTES; };
     int entries[AHEAD + 2];  // operands op .. op + AHEAD + 1: read two steps before their copy is issued
     #pragma unroll
-    for (int i = 0; i < AHEAD + 2; i++) entries[i] = entry(i);
+    for (int i = 0; i < AHEAD + 2; i++) entries[i] = entry(i >> 1, i & 1);
     #pragma unroll
     for (int i = 0; i < AHEAD; i++)
-        stage_operand<D>(slot(i), i, operands, entries[i], k_dense, k_vals, k_meta, v_dense, v_vals, v_meta, lane);
+        stage_operand<D>(slot(i), i, ids[i >> 1] >= 0, entries[i], k_dense, k_vals, k_meta, v_dense, v_vals, v_meta,
+                         lane);
     // each step copies operand op + AHEAD into the slot that operand op - 1 left, then waits for operand op
-    for (int op = 0; op < operands; op += 2) {
-        const int j = start + (op >> 1);
+    for (int op = 0; ids[0] >= 0; op += 2) {
+        const int j = ids[0];
         const int valid = min(BS, seq_len - j * BS);
         const int ke = entries[0];
-        stage_operand<D>(slot(op + AHEAD), op + AHEAD, operands, entries[AHEAD], k_dense, k_vals, k_meta, v_dense,
-                         v_vals, v_meta, lane);
-        shift_in(entries, entry(op + AHEAD + 2));
+        stage_operand<D>(slot(op + AHEAD), op + AHEAD, ids[AHEAD >> 1] >= 0, entries[AHEAD], k_dense, k_vals, k_meta,
+                         v_dense, v_vals, v_meta, lane);
+        shift_in(entries, entry((AHEAD + 2) >> 1, AHEAD & 1));
         cp_async_wait<AHEAD>();
         __syncwarp();
         const uint32_t* kw = reinterpret_cast<const uint32_t*>(slot(op));
@@ -312,9 +344,9 @@ __global__ void __launch_bounds__(32, 1) decode_sp_kernel(
         }
         __syncwarp();  // every lane is done with K's slot: the V step copies into it
         const int ve = entries[0];
-        stage_operand<D>(slot(op + 1 + AHEAD), op + 1 + AHEAD, operands, entries[AHEAD], k_dense, k_vals, k_meta,
-                         v_dense, v_vals, v_meta, lane);
-        shift_in(entries, entry(op + AHEAD + 3));
+        stage_operand<D>(slot(op + 1 + AHEAD), op + 1 + AHEAD, ids[(AHEAD + 1) >> 1] >= 0, entries[AHEAD], k_dense,
+                         k_vals, k_meta, v_dense, v_vals, v_meta, lane);
+        shift_in(entries, entry(LOOK, (AHEAD + 1) & 1));
         cp_async_wait<AHEAD>();
         __syncwarp();
         const uint32_t* vw = reinterpret_cast<const uint32_t*>(slot(op + 1));
@@ -354,6 +386,13 @@ __global__ void __launch_bounds__(32, 1) decode_sp_kernel(
                 }
         }
         __syncwarp();  // every lane is done with V's slot: the next K step copies into it
+        #pragma unroll
+        for (int k = 0; k < LOOK; k++) ids[k] = ids[k + 1];
+        ids[LOOK] = take();
+    }
+    if (lane == 0 && done_ticket == splits - 1) {  // the row's last program to finish taking: counters back to zero
+        atomicExch(taken, 0);
+        atomicExch(taken + 1, 0);
     }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     // the combine, launched as a programmatic dependent, may be scheduled now; it waits for this grid to finish
@@ -398,14 +437,14 @@ int resident_per_sm() {
 template <int D, bool BF16, int SLOTS>
 cudaError_t launch(const void* q, const void* k_dense, const void* k_vals, const void* k_meta, const void* v_dense,
                    const void* v_vals, const void* v_meta, const int32_t* k_index, const int32_t* v_index,
-                   const int32_t* pages, const int32_t* seq_lens, float* o_part, float* lse_part, float scale_log2,
-                   int batch, int max_blocks, int splits, int h_kv, int group, cudaStream_t stream) {
+                   const int32_t* pages, const int32_t* seq_lens, int* counters, float* o_part, float* lse_part,
+                   float scale_log2, int batch, int max_blocks, int splits, int h_kv, int group, cudaStream_t stream) {
     if (const cudaError_t rc = configure<D, BF16, SLOTS>(); rc != cudaSuccess) return rc;
     decode_sp_kernel<D, BF16, SLOTS><<<dim3(splits, h_kv, batch), 32, smem_bytes<D, SLOTS>(), stream>>>(
         static_cast<const uint16_t*>(q), static_cast<const uint16_t*>(k_dense), static_cast<const uint32_t*>(k_vals),
         static_cast<const uint32_t*>(k_meta), static_cast<const uint16_t*>(v_dense),
         static_cast<const uint32_t*>(v_vals), static_cast<const uint32_t*>(v_meta), k_index, v_index, pages, seq_lens,
-        o_part, lse_part, scale_log2, max_blocks, splits, h_kv, group);
+        counters, o_part, lse_part, scale_log2, max_blocks, splits, h_kv, group);
     return cudaGetLastError();
 }
 
@@ -419,13 +458,13 @@ cudaError_t launch(const void* q, const void* k_dense, const void* k_vals, const
 extern "C" int hs_decode_sp(int head_dim, int bf16, int slots, const void* q, const void* k_dense, const void* k_vals,
                             const void* k_meta, const void* v_dense, const void* v_vals, const void* v_meta,
                             const int32_t* k_index, const int32_t* v_index, const int32_t* pages,
-                            const int32_t* seq_lens, float* o_part, float* lse_part, float scale_log2, int batch,
-                            int max_blocks, int splits, int h_kv, int group, void* stream) {
+                            const int32_t* seq_lens, int* counters, float* o_part, float* lse_part, float scale_log2,
+                            int batch, int max_blocks, int splits, int h_kv, int group, void* stream) {
     auto s = static_cast<cudaStream_t>(stream);
 #define HS_LAUNCH(D, B, S)                                                                                            \
     if (head_dim == D && (bf16 != 0) == B && slots == S)                                                             \
         return launch<D, B, S>(q, k_dense, k_vals, k_meta, v_dense, v_vals, v_meta, k_index, v_index, pages, seq_lens, \
-                               o_part, lse_part, scale_log2, batch, max_blocks, splits, h_kv, group, s);
+                               counters, o_part, lse_part, scale_log2, batch, max_blocks, splits, h_kv, group, s);
     HS_VARIANTS(HS_LAUNCH)
 #undef HS_LAUNCH
     return 1000;

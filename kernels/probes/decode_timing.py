@@ -4,10 +4,12 @@ Default: three timings, to see what the benchmark itself adds: do_bench (a 256 M
 but leaves its dirty lines to be written back inside the timed call), a clean flush (the memset, then a 256 MB read
 pass, untimed), and the PyTorch profiler's kernel time back to back (no flush); ours with the combine launched
 plainly and as a programmatic dependent of the decode (``gpu.cuda_decode``'s ``dependent``).
-``--splits``: split counts (default 4-11, around the wave model's pick; ``--counts`` others) by do_bench, and the
-profiler's time per kernel at 6 and 8.
+``--splits``: split counts (default 4-11, around the wave model's pick; ``--counts`` others) by do_bench, balanced and
+fixed (``balance=False``), and the profiler's time per kernel at 6 and 8.
+``--layers N``: as a decode step meets them, one call per layer over N layers' own inputs back to back (each far larger
+than L2, so nothing is flushed and no dirty lines are left behind), replayed from one CUDA graph; ms per call.
 
-    python kernels/probes/decode_timing.py [--splits [--counts 6,8,16,32,64]]
+    python kernels/probes/decode_timing.py [--splits [--counts 6,8,16,32,64]] [--layers 8]
 """
 
 import argparse
@@ -75,18 +77,59 @@ def timings(q, sl, sdpa, gen):
         print(f"| {name} | {a:.4f} | {base[1] / a:.3f} | {c:.4f} | {base[2] / c:.3f} | {k:.4f} | {base[3] / k:.3f} |")
 
 
+def per_layer(calls, reps=20):
+    """Median ms per call of ``calls`` (one per layer) captured in order into one CUDA graph and replayed."""
+    for call in calls:
+        call()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for call in calls:
+            call()
+    ts = []
+    for _ in range(reps):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        graph.replay()
+        e.record()
+        ts.append((s, e))
+    torch.cuda.synchronize()
+    x = sorted(s.elapsed_time(e) for s, e in ts)
+    return x[len(x) // 2] / len(calls)
+
+
+def layers(q, sl, gen, n, counts):
+    rows = []
+    kv = [[torch.randn(B, H_KV, CTX, D, generator=gen, device="cuda").to(DT) for _ in range(2)] for _ in range(n)]
+    with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+        cudnn = per_layer([lambda k=k, v=v: F.scaled_dot_product_attention(q[:, :, None], k, v, enable_gqa=True)
+                           for k, v in kv])
+    del kv
+    print(f"{n} layers, per call: cuDNN {cudnn:.4f} ms", flush=True)
+    for s_k, s_v in ((0, 1), (1, 1), (0, 0)):
+        pools = [decode_inputs(B, CTX, s_k, s_v, gen)[:4] for _ in range(n)]
+        row = []
+        for splits_ in counts:
+            ms = per_layer([lambda p=p: gpu.cuda_decode(q, *p, sl, D ** -0.5, splits_, dependent=True) for p in pools])
+            row.append(f"{splits_}:{ms:.4f}({cudnn / ms:.3f}x)")
+        print(f"S_K={s_k} S_V={s_v} splits:ms " + " ".join(row), flush=True)
+        del pools
+
+
 def splits(q, sl, sdpa, gen, counts):
     with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
         cudnn = bench(sdpa)
     print(f"cuDNN {cudnn:.4f} ms")
     for s_k, s_v in ((0, 1), (1, 1), (0, 0)):
         k_pool, v_pool, k_index, v_index, _ = decode_inputs(B, CTX, s_k, s_v, gen)
-        run = lambda n: gpu.cuda_decode(q, k_pool, v_pool, k_index, v_index, sl, D ** -0.5, n)  # noqa: E731
-        row = []
-        for n in counts:
-            ms = bench(lambda: run(n))
-            row.append(f"{n}:{ms:.4f}({cudnn / ms:.3f}x)")
-        print(f"S_K={s_k} S_V={s_v} splits:ms " + " ".join(row), flush=True)
+        run = lambda n, balance=True: gpu.cuda_decode(q, k_pool, v_pool, k_index, v_index, sl, D ** -0.5, n,  # noqa: E731
+                                                      balance=balance)
+        for balance in (True, False):
+            row = []
+            for n in counts:
+                ms = bench(lambda: run(n, balance))
+                row.append(f"{n}:{ms:.4f}({cudnn / ms:.3f}x)")
+            print(f"S_K={s_k} S_V={s_v} {'balanced' if balance else 'fixed'} splits:ms " + " ".join(row), flush=True)
         for n in (6, 8):
             parts = ", ".join(f"{e.key[:40]}={e.device_time_total / e.count / 1000:.4f}" for e in kernels(lambda: run(n)))
             print(f"  splits {n} per-kernel ms: {parts}", flush=True)
@@ -95,7 +138,8 @@ def splits(q, sl, sdpa, gen, counts):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--splits", action="store_true", help="the split-count sweep instead of the three timings")
-    ap.add_argument("--counts", default="4,5,6,7,8,9,10,11", help="the split counts of --splits")
+    ap.add_argument("--counts", default="4,5,6,7,8,9,10,11", help="the split counts of --splits and --layers")
+    ap.add_argument("--layers", type=int, default=0, help="per-layer timing over this many layers' inputs instead")
     args = ap.parse_args()
     gen = torch.Generator(device="cuda")
     gen.manual_seed(0)
@@ -103,7 +147,9 @@ def main():
     sl = torch.full((B,), CTX, dtype=torch.int32, device="cuda")
     kd, vd = (torch.randn(B, H_KV, CTX, D, generator=gen, device="cuda").to(DT) for _ in range(2))
     sdpa = lambda: F.scaled_dot_product_attention(q[:, :, None], kd, vd, enable_gqa=True)  # noqa: E731
-    if args.splits:
+    if args.layers:
+        layers(q, sl, gen, args.layers, [int(n) for n in args.counts.split(",")])
+    elif args.splits:
         splits(q, sl, sdpa, gen, [int(n) for n in args.counts.split(",")])
     else:
         timings(q, sl, sdpa, gen)
