@@ -14,6 +14,7 @@ if [ "$1" = prepare ]; then
     for v in 0:0 2:"n_blocks / 2 / splits" 7:"n_blocks * 7 / 8 / splits"; do
         sed "s|n_blocks \* 3 / 4 / splits|${v#*:}|" $s/decode_sp_steal.cu > "$s/decode_sp_steal${v%%:*}.cu"
     done
+    git show 535242c:kernels/cuda/decode_sp.cu > $s/decode_sp_nomin.cu  # balanced whatever the rows' length
     cp $here/*.py $s/
     exit
 fi
@@ -80,5 +81,11 @@ case "$1" in
     timeout 200 python -m hs_kernels.bench_gpu --decode-only 2>&1 | tee "$log/bench_decode.log" | tail -22 ;;
 8|9)  # call 8 ran a one-wave guard since dropped: on this tree both are call 9 but for slots 4
     suite "" 1; suite balanced 2; against_head "$([ "$1" = 8 ] && echo "3 4" || echo 3)" ;;
-*) echo "usage: run.sh prepare|1..9" >&2; exit 2 ;;
+10)  # short rows: 535242c's kernel (balanced at any length) and this tree's, balanced against fixed
+    for v in nomin shipped nomin shipped; do
+        echo "== $v"
+        HS_CUDA_DECODE_SOURCE=$(src $v) timeout 100 python $s/short_rows.py 2>&1 | tee -a "$log/short_$v.log" | grep B=
+    done
+    suite cuda 1 ;;
+*) echo "usage: run.sh prepare|1..10" >&2; exit 2 ;;
 esac
