@@ -103,16 +103,20 @@ def launch(q, k_pool, v_pool, k_index, v_index, seq_lens, o_part, lse_part, scal
 
 
 _COUNTERS: dict[tuple[int, int], torch.Tensor] = {}
+_OUTGROWN: list[torch.Tensor] = []  # never freed: a CUDA graph captured with one goes on writing to it
 
 
 def balance_counters(device: torch.device, rows: int) -> torch.Tensor:
     """The balanced kernel's counters for ``rows`` (sequence, KV head) rows: int32, two per row, all zero between
     calls (each row's last program puts its two back). One buffer per device and current stream, since calls that
-    share one must run in stream order; a CUDA graph keeps the buffer of the stream it was captured on."""
+    share one must run in stream order; a CUDA graph keeps the buffer of the stream it was captured on, so one that
+    more rows outgrow stays allocated."""
     stream = torch.cuda.current_stream(device)
     key = (stream.device_index, stream.cuda_stream)
     buf = _COUNTERS.get(key)
     if buf is None or buf.numel() < 2 * rows:
+        if buf is not None:
+            _OUTGROWN.append(buf)
         buf = _COUNTERS[key] = torch.zeros(2 * max(rows, 4096), dtype=torch.int32, device=device)
     return buf
 

@@ -7,7 +7,9 @@ covered: query tiles 16 / 32 / 64 rows, d 64 / 128 / 256, dense-only / sparse-on
 and V, bf16 and fp16, the launch options the benchmark uses.
 """
 
+import gc
 import math
+import weakref
 
 import pytest
 import torch
@@ -105,6 +107,39 @@ def test_cuda_decode_balanced_splits_leave_their_counters_at_zero(case, splits):
     assert torch.equal(fixed[0][0], fixed[1][0]) and torch.equal(fixed[0][1], fixed[1][1])
     r_out, r_lse = ref.decode_attention(q, k_pool, v_pool, k_index, v_index, sl, 0.07)
     assert rel_err(fixed[0][0], r_out) < 1e-2 and (fixed[0][1] - r_lse).abs().max().item() < 1e-2
+
+
+@needs_cuda_kernel
+def test_a_graph_keeps_its_counters_when_more_rows_outgrow_them():
+    """A CUDA graph captured with the stream's counters replays correctly after an eager call with more rows than they
+    hold replaced them: the outgrown buffer stays allocated (were it freed, its memory could be reused while the
+    graph's programs still count in it)."""
+    gen = torch.Generator(device="cuda")
+    gen.seed()
+    small = make_case(2, 8, 128, [20000, 9000], 1.0, 1.0, torch.bfloat16, gen, "cuda")
+    q = torch.randn(2, 32, 128, generator=gen, device="cuda").to(torch.bfloat16)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        run = lambda: gpu.cuda_decode(q, *small[:4], small[4], 0.09, 16)  # noqa: E731
+        run()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            out, lse = run()
+        captured = weakref.ref(cuda_decode.balance_counters(torch.device("cuda"), 16))
+        many = 4097 // 8 + 1  # sequences: more (sequence, KV head) rows than the first buffer holds
+        big = make_case(many, 8, 128, [64] * many, 1.0, 1.0, torch.bfloat16, gen, "cuda")
+        gpu.cuda_decode(torch.randn(many, 32, 128, device="cuda").to(torch.bfloat16), *big[:4], big[4], 0.09, 2)
+        assert cuda_decode.balance_counters(torch.device("cuda"), 16) is not captured()
+        del big
+        gc.collect()
+        assert captured() is not None
+        q.copy_(torch.randn(2, 32, 128, generator=gen, device="cuda"))
+        graph.replay()
+    torch.cuda.synchronize()
+    r_out, r_lse = ref.decode_attention(q, *small[:4], small[4], 0.09)
+    assert rel_err(out, r_out) < 1e-2 and (lse - r_lse).abs().max().item() < 1e-2
+    assert captured().any().item() is False
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"b{c[0]}-hq{c[1]}-hkv{c[2]}-d{c[3]}-{str(c[4])[6:]}-k{c[6]}-v{c[7]}")

@@ -1,32 +1,17 @@
 """Balanced against fixed splits where rows are short (the default split count, S = 1/1): per call in one CUDA graph
-over 32 layers' own pools. Prints one line per shape."""
+over 32 layers' own pools. Prints one line per shape.
+(Call 10 ran it with this timing inlined; `per_layer` returns ms, so us = 1000 x.)"""
+import sys
+
 import torch
 
 from hs_kernels import gpu
 from hs_kernels.bench_gpu import D, DT, H_KV, H_Q, decode_inputs
 
+sys.path.insert(0, "kernels/probes")  # run from the repository root
+from decode_timing import per_layer  # noqa: E402
+
 LAYERS = 32
-
-
-def per_layer(calls, reps=20):
-    for call in calls:
-        call()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for call in calls:
-            call()
-    ts = []
-    for _ in range(reps):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        graph.replay()
-        e.record()
-        ts.append((s, e))
-    torch.cuda.synchronize()
-    x = sorted(s.elapsed_time(e) for s, e in ts)
-    return x[len(x) // 2] / len(calls) * 1000
-
 
 gen = torch.Generator(device="cuda")
 gen.manual_seed(0)
@@ -35,8 +20,8 @@ for batch, ctx in ((1, 4096), (1, 32768), (8, 4096), (32, 4096), (8, 32768)):
     sl = torch.full((batch,), ctx, dtype=torch.int32, device="cuda")
     pools = [decode_inputs(batch, ctx, 1, 1, gen)[:4] for _ in range(LAYERS)]
     splits = gpu.cuda_decode_splits(batch, H_KV, ctx // 64, q)
-    us = {b: per_layer([lambda p=p, b=b: gpu.cuda_decode(q, *p, sl, D ** -0.5, splits, balance=b) for p in pools])
-          for b in (False, True)}
+    us = {b: 1000 * per_layer([lambda p=p, b=b: gpu.cuda_decode(q, *p, sl, D ** -0.5, splits, balance=b)
+                               for p in pools]) for b in (False, True)}
     print(f"B={batch} ctx={ctx} splits {splits}: fixed {us[False]:.2f} us, balanced {us[True]:.2f} us, "
           f"{us[False] / us[True]:.3f}x", flush=True)
     del pools
