@@ -92,5 +92,9 @@ case "$1" in
     mkdir -p /tmp/mut && cp -r kernels /tmp/mut/hs_kernels
     sed -i 's/            _OUTGROWN.append(buf)/            pass/' /tmp/mut/hs_kernels/cuda_decode.py
     PYTHONPATH=/tmp/mut:$PYTHONPATH suite outgrow 1 ;;
-*) echo "usage: run.sh prepare|1..11" >&2; exit 2 ;;
+12)  # the headline decode table on the final tree
+    timeout 200 python -m hs_kernels.bench_gpu --decode-only > "$log/bench_decode.log" 2>&1
+    grep -E "cuDNN SDPA|S_K=0 S_V=1 slots=3 splits=(6|8|16) |S_K=1 S_V=1 slots=3 splits=8 |via decode_attention" \
+        "$log/bench_decode.log" ;;
+*) echo "usage: run.sh prepare|1..12" >&2; exit 2 ;;
 esac
