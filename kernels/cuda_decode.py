@@ -115,9 +115,11 @@ def balance_counters(device: torch.device, rows: int) -> torch.Tensor:
     key = (stream.device_index, stream.cuda_stream)
     buf = _COUNTERS.get(key)
     if buf is None or buf.numel() < 2 * rows:
+        held = 0 if buf is None else buf.numel()
         if buf is not None:
             _OUTGROWN.append(buf)
-        buf = _COUNTERS[key] = torch.zeros(2 * max(rows, 4096), dtype=torch.int32, device=device)
+        # at least doubled, so that the outgrown ones, kept, hold less than the current one
+        buf = _COUNTERS[key] = torch.zeros(max(2 * rows, 8192, 2 * held), dtype=torch.int32, device=device)
     return buf
 
 
