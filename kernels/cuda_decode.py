@@ -84,20 +84,21 @@ def _ptr(x: torch.Tensor) -> int:
 
 
 def launch(q, k_pool, v_pool, k_index, v_index, seq_lens, o_part, lse_part, scale_log2: float, splits: int,
-           slots: int = DEFAULT_SLOTS, pages=None, counters=None) -> None:
+           slots: int = DEFAULT_SLOTS, pages=None, balance: bool = False) -> None:
     """The kernel on checked, contiguous CUDA inputs (``gpu.cuda_decode``); ``slots``: one of ``SLOTS``, the
     operands each warp stages (``slots - 1`` in flight while one is computed); ``pages``: int32 ``[B, blocks]``
-    through which the maps ``[num_pages, H_kv]`` are read, or None (maps ``[B, H_kv, blocks]``); ``counters``: None
-    (each split a fixed range of blocks), or ``balance_counters``' buffer (half of them taken by whichever split is
-    ready: faster, results within rounding from run to run); raises on a CUDA error."""
+    through which the maps ``[num_pages, H_kv]`` are read, or None (maps ``[B, H_kv, blocks]``); ``balance``: half of
+    a row's blocks taken by whichever split is ready, counted in the stream's ``balance_counters`` (faster, results
+    within rounding from run to run), else each split a fixed range; raises on a CUDA error."""
     batch, h_q, d = q.shape
     h_kv, max_blocks = k_index.shape[1], (k_index if pages is None else pages).shape[-1]
+    stream = torch.cuda.current_stream(q.device)
+    counters = _ptr(balance_counters(stream, batch * h_kv)) if balance else 0
     rc = library().hs_decode_sp(
         d, int(q.dtype == torch.bfloat16), slots, _ptr(q), _ptr(k_pool.dense), _ptr(k_pool.values), _ptr(k_pool.meta),
         _ptr(v_pool.dense), _ptr(v_pool.values), _ptr(v_pool.meta), _ptr(k_index), _ptr(v_index),
-        0 if pages is None else _ptr(pages), _ptr(seq_lens), 0 if counters is None else _ptr(counters),
-        _ptr(o_part), _ptr(lse_part), scale_log2, batch, max_blocks, splits, h_kv, h_q // h_kv,
-        torch.cuda.current_stream(q.device).cuda_stream)
+        0 if pages is None else _ptr(pages), _ptr(seq_lens), counters,
+        _ptr(o_part), _ptr(lse_part), scale_log2, batch, max_blocks, splits, h_kv, h_q // h_kv, stream.cuda_stream)
     if rc:
         raise RuntimeError(f"hs_decode_sp failed: {'unsupported head_dim or slots' if rc == _ERR_UNSUPPORTED else f'CUDA error {rc}'}")
 
@@ -106,12 +107,11 @@ _COUNTERS: dict[tuple[int, int], torch.Tensor] = {}
 _OUTGROWN: list[torch.Tensor] = []  # never freed: a CUDA graph captured with one goes on writing to it
 
 
-def balance_counters(device: torch.device, rows: int) -> torch.Tensor:
-    """The balanced kernel's counters for ``rows`` (sequence, KV head) rows: int32, two per row, all zero between
-    calls (each row's last program puts its two back). One buffer per device and current stream, since calls that
-    share one must run in stream order; a CUDA graph keeps the buffer of the stream it was captured on, so one that
-    more rows outgrow stays allocated."""
-    stream = torch.cuda.current_stream(device)
+def balance_counters(stream: torch.cuda.Stream, rows: int) -> torch.Tensor:
+    """The balanced kernel's counters for ``rows`` (sequence, KV head) rows on ``stream``: int32, two per row, all zero
+    between calls (each row's last program puts its two back). One buffer per stream, since calls that share one must
+    run in stream order; a CUDA graph keeps the buffer of the stream it was captured on, so one that more rows outgrow
+    stays allocated."""
     key = (stream.device_index, stream.cuda_stream)
     buf = _COUNTERS.get(key)
     if buf is None or buf.numel() < 2 * rows:
@@ -119,7 +119,7 @@ def balance_counters(device: torch.device, rows: int) -> torch.Tensor:
         if buf is not None:
             _OUTGROWN.append(buf)
         # at least doubled, so that the outgrown ones, kept, hold less than the current one
-        buf = _COUNTERS[key] = torch.zeros(max(2 * rows, 8192, 2 * held), dtype=torch.int32, device=device)
+        buf = _COUNTERS[key] = torch.zeros(max(2 * rows, 8192, 2 * held), dtype=torch.int32, device=stream.device)
     return buf
 
 

@@ -247,8 +247,7 @@ def cuda_decode(q, k_pool, v_pool, k_index, v_index, seq_lens, scale: float, spl
                                  torch.empty(batch, h_q, splits, dtype=torch.float32, device=q.device))
     cd.launch(q.contiguous(), k_pool, v_pool, k_index.contiguous(), v_index.contiguous(),
               seq_lens.to(torch.int32).contiguous(), o_part, lse_part, scale * LOG2E, splits, slots,
-              None if pages is None else pages.to(torch.int32).contiguous(),
-              cd.balance_counters(q.device, batch * k_index.shape[1]) if balance else None)
+              None if pages is None else pages.to(torch.int32).contiguous(), balance=balance)
     dependent = _sm_major(q.device) >= 9 if dependent is None else dependent
     return _combine(q, o_part, lse_part, splits, dependent)
 

@@ -96,7 +96,7 @@ def test_cuda_decode_balanced_splits_leave_their_counters_at_zero(case, splits):
     (``balance=False``) give bitwise the same result twice."""
     for _ in range(5):
         check(case, splits, 0.07, kernel="cuda")
-        counters = cuda_decode.balance_counters(torch.device("cuda"), case[0] * case[2])
+        counters = cuda_decode.balance_counters(torch.cuda.current_stream(), case[0] * case[2])
         assert counters.any().item() is False
     gen = torch.Generator(device="cuda")
     gen.seed()
@@ -126,11 +126,11 @@ def test_a_graph_keeps_its_counters_when_more_rows_outgrow_them():
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, stream=stream):
             out, lse = run()
-        captured = weakref.ref(cuda_decode.balance_counters(torch.device("cuda"), 16))
+        captured = weakref.ref(cuda_decode.balance_counters(stream, 16))
         many = 4097 // 8 + 1  # sequences: more (sequence, KV head) rows than the first buffer holds
         big = make_case(many, 8, 128, [64] * many, 1.0, 1.0, torch.bfloat16, gen, "cuda")
         gpu.cuda_decode(torch.randn(many, 32, 128, device="cuda").to(torch.bfloat16), *big[:4], big[4], 0.09, 2)
-        assert cuda_decode.balance_counters(torch.device("cuda"), 16) is not captured()
+        assert cuda_decode.balance_counters(stream, 16) is not captured()
         del big
         gc.collect()
         assert captured() is not None

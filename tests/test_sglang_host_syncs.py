@@ -86,8 +86,8 @@ def gpu(monkeypatch):
     ``(where, kernel name)``."""
     reads, launches = HostReads(), []
 
-    def cuda_decode(*args, **kwargs):  # "fixed": without the counters of balanced splits
-        launches.append((reads.where, "cuda_decode" if args[-1] is not None else "cuda_decode fixed"))
+    def cuda_decode(*args, balance=False, **kwargs):  # "fixed": not balanced splits
+        launches.append((reads.where, "cuda_decode" if balance else "cuda_decode fixed"))
 
     def cuda_prefill(q, k, v, *args, **kwargs):
         launches.append((reads.where, "cuda_prefill"))
@@ -107,14 +107,14 @@ def gpu(monkeypatch):
     monkeypatch.setattr(cp, "built", lambda *args, **kwargs: True)
     monkeypatch.setattr(cd, "warm_up", lambda *args: None)
     monkeypatch.setattr(cd, "resident_per_sm", lambda *args: 2)
-    monkeypatch.setattr(cd, "balance_counters", lambda device, rows: torch.zeros(2 * rows, dtype=torch.int32, device=device))
     monkeypatch.setattr(cd, "launch", cuda_decode)
     monkeypatch.setattr(cp, "launch", cuda_prefill)
     with FakeTensorMode(allow_non_fake_inputs=True), reads:
         yield reads, launches
 
 
-def make_backend(reads: HostReads, tokens: int, decode_kernel: str = "auto", deterministic: bool = False) -> HSAttnBackend:
+def make_backend(reads: HostReads, tokens: int, decode_kernel: str = "auto",
+                 deterministic: bool = False) -> HSAttnBackend:
     """The backend over a pool for ``tokens``; what its start-up synced is forgotten (``reads``); ``deterministic``:
     SGLang's --enable-deterministic-inference."""
     pool = small_pool(GROUPS, 1.0, 1.0, -(-tokens // 64) + 8, layers=LAYERS, head_dim=D, sink=128, window=256,

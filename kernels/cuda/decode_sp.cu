@@ -208,7 +208,7 @@ __global__ void __launch_bounds__(32, 1) decode_sp_kernel(
     int* const taken = counters && n_blocks >= 2 * splits * BALANCE_MIN ? counters + 2 * (b * h_kv + kv) : nullptr;
     const int per = taken ? n_blocks / 2 / splits : (n_blocks + splits - 1) / splits;
     int fixed_next = split * per;
-    const int fixed_end = min(fixed_next + per, n_blocks), shared_base = taken ? splits * per : n_blocks;
+    const int fixed_end = min(fixed_next + per, n_blocks), shared_base = splits * per;  // the counter's first block
     int ahead = 0, done_ticket = -1;  // lane 0's: the counter's value taken a block ahead; its place among the done
     bool exhausted = !taken;
     if (taken && lane == 0) ahead = atomicAdd(taken, 1);

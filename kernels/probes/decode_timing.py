@@ -99,7 +99,6 @@ def per_layer(calls, reps=20):
 
 
 def layers(q, sl, gen, n, counts):
-    rows = []
     kv = [[torch.randn(B, H_KV, CTX, D, generator=gen, device="cuda").to(DT) for _ in range(2)] for _ in range(n)]
     with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
         cudnn = per_layer([lambda k=k, v=v: F.scaled_dot_product_attention(q[:, :, None], k, v, enable_gqa=True)

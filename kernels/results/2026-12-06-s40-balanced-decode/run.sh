@@ -96,5 +96,11 @@ case "$1" in
     timeout 200 python -m hs_kernels.bench_gpu --decode-only > "$log/bench_decode.log" 2>&1
     grep -E "cuDNN SDPA|S_K=0 S_V=1 slots=3 splits=(6|8|16) |S_K=1 S_V=1 slots=3 splits=8 |via decode_attention" \
         "$log/bench_decode.log" ;;
-*) echo "usage: run.sh prepare|1..12" >&2; exit 2 ;;
+13)  # branch s40-review (launch takes the counters on its stream; shared_base without a dead branch): the decode GPU
+    # suite, then the decode table, to compare with call 12's
+    suite "" 1; suite outgrow 1
+    timeout 200 python -m hs_kernels.bench_gpu --decode-only > "$log/bench_decode.log" 2>&1
+    grep -E "cuDNN SDPA|S_K=0 S_V=1 slots=3 splits=(6|8|16) |S_K=(1 S_V=1|0 S_V=0) slots=3 splits=8 " \
+        "$log/bench_decode.log"; grep "via decode_attention" "$log/bench_decode.log" ;;
+*) echo "usage: run.sh prepare|1..13" >&2; exit 2 ;;
 esac
