@@ -17,8 +17,8 @@ class ChunkBlocks:
 
 
 def compress_chunk(k: torch.Tensor, v: torch.Tensor, s_k: float, s_v: float) -> ChunkBlocks:
-    """Compress the chunk's full tiles (magnitude 2:4, ``hs_kernels.gpu.compress_magnitude``, the
-    fused TileLang compressor): per KV head the ``round(S * full tiles)`` lowest-loss tiles become
+    """Compress the chunk's full tiles (magnitude 2:4, ``hs_kernels.gpu.compress_tiles``: on the GPU one fused
+    launch per operand, reading them in place): per KV head the ``round(S * full tiles)`` lowest-loss tiles become
     sparse (all of them at S = 1; no sink/window exemption here: that is the caller's policy).
     The partial last tile stays dense. Entry ``h, c`` of the chunk index maps: ``~(h * nf + c)``
     (2:4 slot) or 0 (dense, read from k/v)."""
@@ -29,18 +29,19 @@ def compress_chunk(k: torch.Tensor, v: torch.Tensor, s_k: float, s_v: float) -> 
     nbc = max(1, -(-t // BLOCK_SIZE))
     res = []
     for x, s, operand in ((k, s_k, "k"), (v, s_v, "v")):
-        index = torch.zeros((h_kv, nbc), dtype=torch.int32, device=k.device)
         n_sp = int(round(s * nf))
         if nf == 0 or n_sp == 0:
             (vs, ms) = sparse_shapes(operand, d)
-            res.append((index, torch.zeros((1, *vs), dtype=x.dtype, device=x.device),
+            res.append((torch.zeros((h_kv, nbc), dtype=torch.int32, device=k.device),
+                        torch.zeros((1, *vs), dtype=x.dtype, device=x.device),
                         torch.zeros((1, *ms), dtype=META_DTYPE, device=x.device), "dense"))
             continue
-        blocks = x[:nf * BLOCK_SIZE].view(nf, BLOCK_SIZE, h_kv, d).permute(2, 0, 1, 3).reshape(h_kv * nf, BLOCK_SIZE, d)
-        vals, meta, loss = gpu.compress_magnitude(blocks.contiguous(), operand)
-        order = loss.view(h_kv, nf).argsort(dim=1)[:, :n_sp]  # lowest loss first
-        slots = (torch.arange(h_kv, device=x.device)[:, None] * nf + order).int()
-        index[:, :nf].scatter_(1, order, ~slots)
+        vals, meta, loss = gpu.compress_tiles(x, operand, nf)
+        index = torch.arange(-1, -1 - h_kv * nf, -1, dtype=torch.int32, device=x.device).view(h_kv, nf)  # ~slot
+        if n_sp < nf:  # the highest-loss tiles stay dense
+            index.scatter_(1, loss.argsort(dim=1)[:, n_sp:], 0)
+        if nbc > nf:
+            index = torch.nn.functional.pad(index, (0, 1))
         mode = "sparse" if (n_sp == nf and nbc == nf) else "mixed"
         res.append((index, vals, meta, mode))
     (ki, kvals, kmeta, km), (vi, vvals, vmeta, vm) = res

@@ -999,9 +999,7 @@ def compress_magnitude(blocks: torch.Tensor, operand: str, values: torch.Tensor 
     n = blocks.shape[0]
     vshape, mshape = sparse_shapes(operand, d)
     if values is None:
-        values = torch.empty((n, *vshape), dtype=blocks.dtype, device=blocks.device)
-        meta = torch.empty((n, *mshape), dtype=META_DTYPE, device=blocks.device)
-        slots = torch.arange(n, dtype=torch.int32, device=blocks.device)
+        values, meta, slots = _fresh_slots(n, operand, d, blocks.dtype, blocks.device)
     elif meta is None or slots is None:
         raise ValueError("values, meta and slots must be given together")
     elif (values.shape[1:] != vshape or meta.shape[1:] != mshape or values.dtype != blocks.dtype
@@ -1023,14 +1021,16 @@ def compress_magnitude(blocks: torch.Tensor, operand: str, values: torch.Tensor 
 
 
 def triton_compress(blocks, operand: str, slots, values, meta, loss, num_warps: int = 4) -> None:
-    """Launch the Triton compressor on checked inputs (also under Triton's CPU interpreter);
-    4 warps measured fastest on the H200 (kernels/BENCHMARKS.md)."""
+    """Launch the Triton compressor on checked inputs (also under Triton's CPU interpreter): ``blocks [N, 64, D]``, or
+    ``[H, C, 64, D]`` whose block ``(h, c)`` is block ``h C + c`` (any strides but the last); 4 warps measured fastest
+    on the H200 (kernels/BENCHMARKS.md)."""
     from . import triton_compress as tc
 
     bits, inf = _COMPRESS_BITS[blocks.dtype]
-    tc.compress_kernel[(blocks.shape[0],)](blocks, slots, _nonempty(values), _nonempty(meta), loss, D=blocks.shape[-1],
-                                           IS_K=operand == "k", BITS=bits, ABS=(1 << (bits - 1)) - 1, INF=inf,
-                                           num_warps=num_warps)
+    tiles = blocks if blocks.dim() == 4 else blocks[None]
+    tc.compress_kernel[tiles.shape[1], tiles.shape[0]](
+        tiles, slots, _nonempty(values), _nonempty(meta), loss, *tiles.stride()[:3], D=blocks.shape[-1],
+        IS_K=operand == "k", BITS=bits, ABS=(1 << (bits - 1)) - 1, INF=inf, num_warps=num_warps)
 
 
 def _tilelang_compress(blocks, operand: str, slots, values, meta, loss) -> None:
@@ -1064,6 +1064,29 @@ def tile_loss(x: torch.Tensor, operand: str, tiles: int, start: int = 0) -> torc
     loss = torch.empty(blocks.shape[:2], dtype=torch.float32, device=x.device)
     triton_prune(x[start:], operand, None, None, loss)
     return loss
+
+
+def compress_tiles(x: torch.Tensor, operand: str, tiles: int,
+                   start: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``compress_magnitude`` of the ``tiles`` 64-token tiles of ``x [T, H, D]`` from token ``start``, tile ``c`` of head
+    ``h`` as block ``h tiles + c``: ``(values, meta, loss [H, tiles])``. One Triton launch on the GPU, reading the tiles
+    in place (no copy of ``x``), else the reference."""
+    blocks = _tiles(x, operand, tiles, start)
+    if not _triton_tiles(x) or not blocks.numel():
+        values, meta, loss = compress_magnitude(blocks.reshape(-1, *blocks.shape[2:]), operand)
+        return values, meta, loss.view(blocks.shape[:2])
+    values, meta, slots = _fresh_slots(blocks.shape[0] * tiles, operand, x.shape[-1], x.dtype, x.device)
+    loss = torch.empty(blocks.shape[:2], dtype=torch.float32, device=x.device)
+    triton_compress(blocks, operand, slots, values, meta, loss)
+    return values, meta, loss
+
+
+def _fresh_slots(n: int, operand: str, d: int, dtype: torch.dtype, device) -> tuple[torch.Tensor, ...]:
+    """Sparse values and metadata for ``n`` blocks, and the slots ``0 .. n - 1`` that put block ``i`` in slot ``i``."""
+    vshape, mshape = sparse_shapes(operand, d)
+    return (torch.empty((n, *vshape), dtype=dtype, device=device),
+            torch.empty((n, *mshape), dtype=META_DTYPE, device=device),
+            torch.arange(n, dtype=torch.int32, device=device))
 
 
 def prune_tiles(x: torch.Tensor, operand: str, sparse: torch.Tensor, start: int = 0) -> torch.Tensor:
@@ -1101,5 +1124,5 @@ def triton_prune(x, operand: str, sparse, out, loss) -> None:
 
 
 __all__ = ["tilelang_available", "triton_available", "decode_supported", "decode_attention", "prefill_supported",
-           "prefill_attention", "streaming_supported", "streaming_attention", "compress_magnitude", "tile_loss",
+           "prefill_attention", "streaming_supported", "streaming_attention", "compress_magnitude", "compress_tiles", "tile_loss",
            "prune_tiles", "triton_decode_splits", "cuda_decode_splits"]

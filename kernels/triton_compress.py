@@ -83,15 +83,20 @@ def _pruned_l1(x0, x1, x2, x3, k0, k1, k2, k3):
 
 
 @triton.jit
-def compress_kernel(blocks, slots, values, meta, loss, D: tl.constexpr, IS_K: tl.constexpr,
-                    BITS: tl.constexpr, ABS: tl.constexpr, INF: tl.constexpr):
-    """blocks ``[N, 64, D]`` token-major; slots ``[N]`` int32; values ``[S, ROWS, LEN / 2]`` and
-    meta ``[S, ROWS, LEN / 16]`` int16 (the sparse pool, operand layout); loss ``[N]`` float32."""
+def compress_kernel(blocks, slots, values, meta, loss, stride_h, stride_c, stride_t, D: tl.constexpr,
+                    IS_K: tl.constexpr, BITS: tl.constexpr, ABS: tl.constexpr, INF: tl.constexpr):
+    """blocks ``[H, C, 64, D]`` token-major, any strides but the last (a pool's ``[N, 64, D]`` as ``H = 1``, or a
+    chunk's ``[T, H, D]`` tiles read in place); program ``(c, h)``: block ``n = h C + c``. slots ``[N]`` int32; values
+    ``[S, ROWS, LEN / 2]`` and meta ``[S, ROWS, LEN / 16]`` int16 (the sparse pool, operand layout); loss ``[N]``
+    float32."""
     ROWS: tl.constexpr = 64 if IS_K else D
     LEN: tl.constexpr = D if IS_K else 64
     G: tl.constexpr = LEN // 4
-    n = tl.program_id(0)
-    x0, x1, x2, x3 = _load_groups(blocks + n.to(tl.int64) * (64 * D), ROWS, G, D, IS_K, D)
+    c = tl.program_id(0)
+    h = tl.program_id(1)
+    n = h * tl.num_programs(0) + c
+    src = blocks + h.to(tl.int64) * stride_h + c.to(tl.int64) * stride_c
+    x0, x1, x2, x3 = _load_groups(src, ROWS, G, D, IS_K, stride_t)
     k0, k1, k2, k3 = _kept(x0, x1, x2, x3, BITS, ABS, INF)
     idx0 = tl.where(k0, 0, tl.where(k1, 1, 2))
     idx1 = tl.where(k3, 3, tl.where(k2, 2, 1))

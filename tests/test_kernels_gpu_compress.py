@@ -11,6 +11,7 @@ import torch
 from kv_cases import special_blocks
 
 from hs_kernels import gpu
+from hs_kernels.chunk_blocks import compress_chunk
 from hs_kernels.compressor import compress_blocks
 from hs_kernels.format import sparse_shapes
 from hs_kernels.pruner import block_loss, element_mask
@@ -125,3 +126,37 @@ def test_tile_pruning_matches_the_reference(operand, d, dtype):
     assert out.is_contiguous() and same_bits(out.cpu(), r_out) and not same_bits(out.cpu(), x.cpu())
     assert torch.isfinite(r_loss).float().mean().item() > 0.5
     torch.testing.assert_close(loss.cpu(), r_loss, rtol=1e-5, atol=1e-5, equal_nan=True)
+
+
+@pytest.mark.parametrize("operand,d,dtype", SHAPES)
+def test_tile_compression_matches_the_reference(operand, d, dtype):
+    """``compress_tiles`` on the GPU (one launch, the tiles read in place) against the reference on the CPU, on the
+    same strided chunk as above: values and metadata bit exact, tile (h, c) as block h tiles + c."""
+    gen = torch.Generator(device="cuda")
+    gen.seed()
+    h, tiles, start, tail = 5, 9, 17, 30
+    t = start + tiles * 64 + tail
+    x = special_blocks(-(-t * 2 * h // 64), d, dtype, gen, "cuda").flatten(0, 1)[:t * 2 * h].view(t, 2 * h, d)[:, 3:3 + h]
+    vals, meta, loss = gpu.compress_tiles(x, operand, tiles, start)
+    blocks = x[start:start + tiles * 64].cpu().unflatten(0, (tiles, 64)).permute(1, 0, 2, 3).flatten(0, 1)
+    mask = element_mask(blocks, operand)
+    r_vals, r_meta = compress_blocks(blocks, mask, operand)
+    assert same_bits(vals.cpu(), r_vals) and torch.equal(meta.cpu(), r_meta)
+    r_loss = block_loss(blocks, mask).view(h, tiles)
+    assert torch.isfinite(r_loss).float().mean().item() > 0.5
+    torch.testing.assert_close(loss.cpu(), r_loss, rtol=1e-5, atol=1e-5, equal_nan=True)
+
+
+@pytest.mark.parametrize("s", [1.0, 0.5])
+def test_compress_chunk_on_the_gpu_matches_the_cpu(s):
+    """``compress_chunk`` on the GPU against the same call on the CPU (a chunk ending in a partial tile): the same
+    index maps, values and metadata bit exact."""
+    gen = torch.Generator(device="cuda")
+    gen.seed()
+    k, v = ((torch.randn(64 * 11 + 5, 3, 128, generator=gen, device="cuda") * 2).to(torch.bfloat16) for _ in "kv")
+    got = compress_chunk(k, v, s, s)
+    want = compress_chunk(k.cpu(), v.cpu(), s, s)
+    for name in ("k_index", "v_index", "k_meta", "v_meta"):
+        assert torch.equal(getattr(got, name).cpu(), getattr(want, name)), name
+    assert same_bits(got.k_vals.cpu(), want.k_vals) and same_bits(got.v_vals.cpu(), want.v_vals)
+    assert (got.k_mode, got.v_mode) == (want.k_mode, want.v_mode) == ("mixed", "mixed")

@@ -3,6 +3,7 @@
 Compression: bit-exact values and metadata, loss up to summation order, for K and V, d 64 / 128 / 256, float16
 and float32 (bfloat16 runs on the GPU: test_kernels_gpu_compress.py), on blocks with ties, -0, inf
 and NaN; the pool is poisoned, some blocks are loss-only (slot -1), and untouched slots must stay so.
+The same compressor on a chunk's tiles read in place (``[H, tiles, 64, D]``, strided).
 Pruning (``prune_kernel``): a chunk ``[T, H, D]`` given as a strided view (some heads of a wider tensor, tokens before
 its first tile and a partial tile after its last); the chosen tiles' pruned elements zeroed bit-exactly as
 ``element_mask`` says, every other element of the copy untouched; the losses equal ``block_loss``.
@@ -96,6 +97,40 @@ PRUNE_SCRIPT = HEADER + r"""
     })
 print(json.dumps(results))
 """
+
+
+TILES_SCRIPT = HEADER + r"""
+    h, tiles, start, tail = 3, 4, 5, 7
+    t = start + tiles * 64 + tail
+    wide = special_blocks(-(-t * 2 * h // 64), d, dtype, gen, "cpu").flatten(0, 1)[:t * 2 * h].view(t, 2 * h, d)
+    x = wide[:, 1:1 + h]  # token stride 2 h d, head stride d
+    blocks = x[start:start + tiles * 64].unflatten(0, (tiles, 64)).permute(2, 0, 1, 3)  # [h, tiles, 64, d], in place
+    vshape, mshape = sparse_shapes(operand, d)
+    values = torch.full((h * tiles, *vshape), 7.0, dtype=dtype)
+    meta = torch.full((h * tiles, *mshape), -7, dtype=torch.int16)
+    loss = torch.full((h, tiles), -7.0)
+    gpu.triton_compress(blocks, operand, torch.arange(h * tiles, dtype=torch.int32), values, meta, loss)
+    flat = blocks.flatten(0, 1)  # block h tiles + c
+    mask = element_mask(flat, operand)
+    r_vals, r_meta = compress_blocks(flat, mask, operand)
+    r_loss = block_loss(flat, mask).view(h, tiles)
+    results.append({
+        "values": torch.equal(values.view(bits), r_vals.view(bits)),
+        "meta": torch.equal(meta, r_meta),
+        "loss": torch.allclose(loss, r_loss, rtol=1e-5, atol=1e-5, equal_nan=True),
+        "finite_losses": torch.isfinite(r_loss).float().mean().item(),
+    })
+print(json.dumps(results))
+"""
+
+
+def test_triton_compress_reads_a_chunks_tiles_in_place():
+    """The compressor on a chunk's tiles as a strided ``[H, tiles, 64, D]`` view (``gpu.compress_tiles``' launch)."""
+    results = interpret(TILES_SCRIPT, CASES)
+    assert len(results) == len(CASES)
+    for case, r in zip(CASES, results):
+        assert r["values"] and r["meta"] and r["loss"], (case, r)
+        assert r["finite_losses"] > 0.3, (case, r)
 
 
 def test_triton_prune_interpreted_matches_reference():

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The forty-first session's device calls, from the repository root (README.md beside this maps them):
+#   here, for calls 3 and later:  rm -rf .scratch/s41 && mkdir -p .scratch/s41/head &&
+#                                 git archive 2c1980c kernels | tar -x -C .scratch/s41/head   (the tree before)
+#   on the device:                bash kernels/results/2026-12-06-s41-current/run.sh N   (carry [".scratch/s41"])
+set -o pipefail
+source scripts/device_env.sh
+export HS_KERNELS_CACHE=/tmp/hsk
+nvidia-smi -L
+log=$OUT/s41; mkdir -p "$log"
+case "$1" in
+1)  # every kernel target on the current tree, one machine: the 32K prefill table, compression, the decode table
+    timeout 240 python -m hs_kernels.bench_prefill --no-tilelang --triton-configs "" --question 0 \
+        > "$log/bench_prefill.log" 2>&1; echo "bench_prefill rc $?"
+    timeout 120 python -m hs_kernels.bench_gpu --compress-only > "$log/bench_compress.log" 2>&1; echo "compress rc $?"
+    timeout 200 python -m hs_kernels.bench_gpu --decode-only > "$log/bench_decode.log" 2>&1; echo "decode rc $?"
+    grep -E "cuDNN|flash|CUDA|one shot" "$log/bench_prefill.log" | cut -c1-150
+    grep -E "compress|cuDNN" "$log/bench_compress.log" | cut -c1-150
+    grep -E "cuDNN SDPA|S_K=(0|1) S_V=(0|1) slots=3 splits=8 " "$log/bench_decode.log" | cut -c1-150 ;;
+2)  # where compress_chunk's time goes (the one-shot row "with compress_chunk" ran 1.4-1.8 ms over the attention)
+    timeout 200 python kernels/probes/compress_chunk_timing.py 2>&1 | tee "$log/compress_chunk.log" | cut -c1-160 ;;
+3)  # compress_chunk from the tiles in place (one launch per operand, no copy, no sort at S = 1): the compression and
+    # CUDA prefill GPU suites, then the probe on the tree before and after, alternated, then the prefill table
+    timeout 300 python -m pytest -q -m gpu tests/test_kernels_gpu_compress.py tests/test_kernels_gpu_cuda_prefill.py \
+        2>&1 | tee "$log/tests.log" | tail -3
+    mkdir -p /tmp/old && ln -sfn "$PWD/.scratch/s41/head/kernels" /tmp/old/hs_kernels
+    for tree in before after before after; do
+        echo "== $tree"; pp=$PYTHONPATH; [ $tree = before ] && pp=/tmp/old:$PYTHONPATH
+        PYTHONPATH=$pp timeout 100 python kernels/probes/compress_chunk_timing.py 2>&1 | tee -a "$log/probe_$tree.log" \
+            | grep "^| [01] |"
+    done
+    timeout 240 python -m hs_kernels.bench_prefill --no-tilelang --triton-configs "" --question 0 \
+        > "$log/bench_prefill.log" 2>&1; echo "bench_prefill rc $?"
+    grep -E "^\| (cuDNN|ours|  the same)" "$log/bench_prefill.log" ;;
+*) echo "usage: run.sh 1|2|3" >&2; exit 2 ;;
+esac
