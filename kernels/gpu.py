@@ -1068,9 +1068,9 @@ def tile_loss(x: torch.Tensor, operand: str, tiles: int, start: int = 0) -> torc
 
 def compress_tiles(x: torch.Tensor, operand: str, tiles: int,
                    start: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``compress_magnitude`` of the ``tiles`` 64-token tiles of ``x [T, H, D]`` from token ``start``, tile ``c`` of head
-    ``h`` as block ``h tiles + c``: ``(values, meta, loss [H, tiles])``. One Triton launch on the GPU, reading the tiles
-    in place (no copy of ``x``), else the reference."""
+    """``compress_magnitude`` of the ``tiles`` 64-token tiles of ``x [T, H, D]`` from token ``start``, tile ``c`` of
+    head ``h`` as block ``h tiles + c``: ``(values, meta, loss [H, tiles])``. One Triton launch on the GPU, reading the
+    tiles in place (no copy of ``x``), else the reference."""
     blocks = _tiles(x, operand, tiles, start)
     if not _triton_tiles(x) or not blocks.numel():
         values, meta, loss = compress_magnitude(blocks.reshape(-1, *blocks.shape[2:]), operand)
@@ -1124,5 +1124,5 @@ def triton_prune(x, operand: str, sparse, out, loss) -> None:
 
 
 __all__ = ["tilelang_available", "triton_available", "decode_supported", "decode_attention", "prefill_supported",
-           "prefill_attention", "streaming_supported", "streaming_attention", "compress_magnitude", "compress_tiles", "tile_loss",
-           "prune_tiles", "triton_decode_splits", "cuda_decode_splits"]
+           "prefill_attention", "streaming_supported", "streaming_attention", "compress_magnitude", "compress_tiles",
+           "tile_loss", "prune_tiles", "triton_decode_splits", "cuda_decode_splits"]

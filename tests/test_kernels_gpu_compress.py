@@ -108,15 +108,21 @@ def test_compress_kernel_loss_poisoned(operand, d, dtype, loss_mode):
     torch.testing.assert_close(loss, r_loss, rtol=1e-5, atol=1e-4)
 
 
+def strided_chunk(h: int, tiles: int, start: int, d: int, dtype, gen) -> torch.Tensor:
+    """A chunk [T, h, d] as some heads of a wider tensor, ``tiles`` tiles from token ``start``, then a partial one."""
+    t = start + tiles * 64 + 30
+    wide = special_blocks(-(-t * 2 * h // 64), d, dtype, gen, "cuda").flatten(0, 1)[:t * 2 * h].view(t, 2 * h, d)
+    return wide[:, 3:3 + h]
+
+
 @pytest.mark.parametrize("operand,d,dtype", SHAPES)
 def test_tile_pruning_matches_the_reference(operand, d, dtype):
     """``prune_tiles`` and ``tile_loss`` on the GPU (one Triton launch each) against the reference on the CPU, for a
     strided chunk (some heads of a wider tensor) whose tiles start after a few tokens and end before a partial one."""
     gen = torch.Generator(device="cuda")
     gen.seed()
-    h, tiles, start, tail = 5, 9, 17, 30
-    t = start + tiles * 64 + tail
-    x = special_blocks(-(-t * 2 * h // 64), d, dtype, gen, "cuda").flatten(0, 1)[:t * 2 * h].view(t, 2 * h, d)[:, 3:3 + h]
+    h, tiles, start = 5, 9, 17
+    x = strided_chunk(h, tiles, start, d, dtype, gen)
     sparse = torch.rand(h, tiles, generator=gen, device="cuda") < 0.5
     sparse[0, 0] = True
     out, loss = gpu.prune_tiles(x, operand, sparse, start), gpu.tile_loss(x, operand, tiles, start)
@@ -134,9 +140,8 @@ def test_tile_compression_matches_the_reference(operand, d, dtype):
     same strided chunk as above: values and metadata bit exact, tile (h, c) as block h tiles + c."""
     gen = torch.Generator(device="cuda")
     gen.seed()
-    h, tiles, start, tail = 5, 9, 17, 30
-    t = start + tiles * 64 + tail
-    x = special_blocks(-(-t * 2 * h // 64), d, dtype, gen, "cuda").flatten(0, 1)[:t * 2 * h].view(t, 2 * h, d)[:, 3:3 + h]
+    h, tiles, start = 5, 9, 17
+    x = strided_chunk(h, tiles, start, d, dtype, gen)
     vals, meta, loss = gpu.compress_tiles(x, operand, tiles, start)
     blocks = x[start:start + tiles * 64].cpu().unflatten(0, (tiles, 64)).permute(1, 0, 2, 3).flatten(0, 1)
     mask = element_mask(blocks, operand)
