@@ -186,7 +186,7 @@ def rescue(q, k: SparseBlocks | torch.Tensor, v: SparseBlocks, work, scale: floa
     # the pointers a variant does not read are V's
     k_dense, k_vals, k_meta, k_index = (k, v.values, v.meta, v.index) if dense else (v.values, *k)
     tok = 16  # rows per program: the least tl.dot takes
-    triton_rescue.rescue_kernel[(-(-t // tok), h_q)](
+    triton_rescue.rescue_kernel[(-(-t // tok), h_kv)](
         q, k_dense, k_vals, k_meta, v.values, v.meta, k_index, v.index, work, *(other or (out, lse)), out, lse,
         work if count is None else count,  # an unread pointer where nothing is counted
         scale * LOG2E, OFFSET_HEADROOM, UNDERFLOW_GAP, t, nb, 0 if q_pos0 is None else q_pos0,

@@ -143,7 +143,7 @@ def test_tile_compression_matches_the_reference(operand, d, dtype):
     h, tiles, start = 5, 9, 17
     x = strided_chunk(h, tiles, start, d, dtype, gen)
     vals, meta, loss = gpu.compress_tiles(x, operand, tiles, start)
-    blocks = x[start:start + tiles * 64].cpu().unflatten(0, (tiles, 64)).permute(1, 0, 2, 3).flatten(0, 1)
+    blocks = x[start:start + tiles * 64].cpu().unflatten(0, (tiles, 64)).permute(2, 0, 1, 3).flatten(0, 1)
     mask = element_mask(blocks, operand)
     r_vals, r_meta = compress_blocks(blocks, mask, operand)
     assert same_bits(vals.cpu(), r_vals) and torch.equal(meta.cpu(), r_meta)
