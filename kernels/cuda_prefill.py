@@ -190,7 +190,8 @@ def rescue(q, k: SparseBlocks | torch.Tensor, v: SparseBlocks, work, scale: floa
         q, k_dense, k_vals, k_meta, v.values, v.meta, k_index, v.index, work, *(other or (out, lse)), out, lse,
         work if count is None else count,  # an unread pointer where nothing is counted
         scale * LOG2E, OFFSET_HEADROOM, UNDERFLOW_GAP, t, nb, 0 if q_pos0 is None else q_pos0,
-        H_KV=h_kv, G=h_q // h_kv, D=d, TOK=tok, K_DENSE=dense, CAUSAL=q_pos0 is not None, MARKED=marked,
+        H_KV=h_kv, G=h_q // h_kv, G_P2=1 << (h_q // h_kv - 1).bit_length(), D=d, TOK=tok, K_DENSE=dense,
+        CAUSAL=q_pos0 is not None, MARKED=marked,
         OTHER=other is not None, COUNT=count is not None, PRMT=q.is_cuda)
 
 

@@ -48,22 +48,29 @@ def _attend_rows(q, hk, tok, k_dense, k_vals, k_meta, v_vals, v_meta, k_index, v
 @triton.jit(do_not_specialize=["t_len", "nb", "q_pos0"])
 def rescue_kernel(q_ptr, k_dense, k_vals, k_meta, v_vals, v_meta, k_index, v_index, work, other_out, other_lse,
                   out_ptr, lse_ptr, count, scale_log2, headroom, gap, t_len, nb, q_pos0,
-                  H_KV: tl.constexpr, G: tl.constexpr, D: tl.constexpr, TOK: tl.constexpr,
+                  H_KV: tl.constexpr, G: tl.constexpr, G_P2: tl.constexpr, D: tl.constexpr, TOK: tl.constexpr,
                   K_DENSE: tl.constexpr, CAUSAL: tl.constexpr, MARKED: tl.constexpr, OTHER: tl.constexpr,
                   COUNT: tl.constexpr, PRMT: tl.constexpr):
     """Program (token tile, KV head): its rows' ``out``/``lse`` replaced where lost, for each of the KV head's ``G``
     query heads in turn (a program per query head ran about 90 us on a 32K chunk of Llama's 32 heads, launch-bound,
-    where nothing is lost). Lost: ``lse`` NaN (the kernel's mark) or, unless ``MARKED`` (only the marks count), ``lse``
-    (log2) more than ``gap`` below the offset ``|q| x work[hk] (the longest key, float bits) x scale_log2 -
-    headroom``. ``OTHER``: the rows' attention over other keys (``other_out``, ``other_lse``) merged into the
-    recomputed part. Where ``work[H_KV]`` is set (the launch refused an index entry and computed nothing) every row
-    becomes NaN. ``COUNT``: lost rows added to ``count``."""
+    where nothing is lost; ``MARKED``: the G heads' marks are read at once first, ``G_P2`` the power of two from G).
+    Lost: ``lse`` NaN (the kernel's mark) or, unless ``MARKED`` (only the marks count), ``lse`` (log2) more than
+    ``gap`` below the offset ``|q| x work[hk] (the longest key, float bits) x scale_log2 - headroom``. ``OTHER``: the
+    rows' attention over other keys (``other_out``, ``other_lse``) merged into the recomputed part. Where
+    ``work[H_KV]`` is set (the launch refused an index entry and computed nothing) every row becomes NaN. ``COUNT``:
+    lost rows added to ``count``."""
     hk = tl.program_id(1)
     tok = tl.program_id(0) * TOK + tl.arange(0, TOK)
     in_t = tok < t_len
     cols = tl.arange(0, D)
     refused = tl.load(work + H_KV) != 0
-    for h in range(hk * G, hk * G + G):
+    todo = G
+    if MARKED:  # the G heads' marks in one load: most programs find none and stop here
+        heads = tl.arange(0, G_P2)
+        marks = tl.load(lse_ptr + tok[:, None].to(tl.int64) * (H_KV * G) + hk * G + heads[None, :],
+                        mask=in_t[:, None] & (heads < G)[None, :], other=0.0)
+        todo = tl.where(refused | (tl.sum((marks != marks).to(tl.int32)) > 0), G, 0)
+    for h in range(hk * G, hk * G + todo):
         row = tok.to(tl.int64) * (H_KV * G) + h
         q_off = row[:, None] * D + cols[None, :]
         lse = tl.load(lse_ptr + row, mask=in_t, other=0.0)

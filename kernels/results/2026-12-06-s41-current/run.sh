@@ -47,5 +47,22 @@ case "$1" in
     grep -E "^\| (cuDNN|ours|  the same)" "$log/bench_prefill.log"
     timeout 200 python -m hs_kernels.bench_gpu --decode-only > "$log/bench_decode.log" 2>&1; echo "decode rc $?"
     grep -E "cuDNN SDPA|S_K=(0|1) S_V=(0|1) slots=3 splits=8 " "$log/bench_decode.log" | cut -c1-150 ;;
-*) echo "usage: run.sh 1..4" >&2; exit 2 ;;
+5)  # the rescue reads a tile's G heads' marks in one load and walks the heads only where one is marked: the CUDA
+    # prefill and prefix GPU suites; the probe before / after; the prefill table (and, on an H200, the decode table)
+    timeout 330 python -m pytest -q -m gpu tests/test_kernels_gpu_cuda_prefill.py tests/test_kernels_gpu_cuda_prefix.py \
+        2>&1 | tee "$log/tests.log" | tail -3
+    mkdir -p /tmp/old && ln -sfn "$PWD/.scratch/s41/head/kernels" /tmp/old/hs_kernels
+    for tree in before after; do
+        echo "== $tree"; pp=$PYTHONPATH; [ $tree = before ] && pp=/tmp/old:$PYTHONPATH
+        PYTHONPATH=$pp timeout 100 python kernels/probes/compress_chunk_timing.py 2>&1 | tee -a "$log/probe_$tree.log" \
+            | grep -E "^\| [01] \||rescue_kernel|compress_kernel" | cut -c1-60,150-200
+    done
+    timeout 240 python -m hs_kernels.bench_prefill --no-tilelang --triton-configs "" --question 0 \
+        > "$log/bench_prefill.log" 2>&1; echo "bench_prefill rc $?"
+    grep -E "^\| (cuDNN|ours|  the same)" "$log/bench_prefill.log"
+    if nvidia-smi -L | grep -q H200; then
+        timeout 200 python -m hs_kernels.bench_gpu --decode-only > "$log/bench_decode.log" 2>&1; echo "decode rc $?"
+        grep -E "cuDNN SDPA|S_K=(0|1) S_V=(0|1) slots=3 splits=8 " "$log/bench_decode.log" | cut -c1-150
+    fi ;;
+*) echo "usage: run.sh 1..5" >&2; exit 2 ;;
 esac
