@@ -50,7 +50,7 @@ def flops(t: int, h_q: int = H_Q, d: int = D) -> float:
     return 4.0 * t * t / 2 * h_q * d
 
 
-def timeit(fn, iters: int = 5, warmup: int = 2) -> float:
+def timeit(fn, iters: int = 20, warmup: int = 3) -> float:
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
@@ -331,7 +331,7 @@ def bench_question(prefix: int, t: int) -> None:
     qb = q.transpose(0, 1)[None]
     kb, vb = (torch.cat((p_, x)).transpose(0, 1)[None] for p_, x in ((pk, k), (pv, v)))
     with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
-        cudnn = timeit(lambda: sdpa(qb, kb, vb, enable_gqa=True), iters=20)
+        cudnn = timeit(lambda: sdpa(qb, kb, vb, enable_gqa=True))
     print(f"\n{t}-token question after a {prefix}-token prefix ({H_Q}/{H_KV} heads, d {D}, bf16); cuDNN {cudnn:.3f} ms\n"
           "| prefix S_K/S_V | heads per tile | splits | ms | vs cuDNN | vs 1 head, unsplit |\n|---|---|---|---|---|---|",
           flush=True)
@@ -339,13 +339,13 @@ def bench_question(prefix: int, t: int) -> None:
         (k_pool, k_idx), (v_pool, v_idx) = _pools_at(pk, "k", sk, gen), _pools_at(pv, "v", sv, gen)
         run = lambda h, n: lambda: gpu.triton_prefill(q, k, v, k_pool, v_pool, k_idx, v_idx, prefix,  # noqa: E731
                                                        D ** -0.5, splits=n, heads=h)
-        one = timeit(run(1, 1), iters=20)
+        one = timeit(run(1, 1))
         for heads in (1, None):
             hg = gpu.prefill_tiles(t, H_Q, H_KV, gpu.prefill_launch(D)[0], heads)[0]
             programs = gpu.prefill_programs(t, H_Q, H_KV, gpu.prefill_launch(D)[0], heads)
             auto = gpu.prefill_split_plan(programs, prefix // 64, q.device)[0]
             for n in (1, auto):
-                ms = one if (heads, n) == (1, 1) else timeit(run(heads, n), iters=20)
+                ms = one if (heads, n) == (1, 1) else timeit(run(heads, n))
                 print(f"| {sk}/{sv} | {hg} | {n} | {ms:.3f} | {cudnn / ms:.2f}x | {one / ms:.2f}x |", flush=True)
 
 
@@ -416,9 +416,9 @@ def bench_cuda_prefix(prefixes, lengths, splits=()) -> None:
                 q, k, v, k_pool, v_pool, prefix, D ** -0.5, gpu.cuda_prefix_blocks(k_pool, v_pool, k_idx, v_idx, prefix),
                 splits=n)
             err = rel_err(run("cuda")()[0], run("triton")()[0])
-            tri, cud = timeit(run("triton"), iters=20), timeit(run("cuda"), iters=20)
+            tri, cud = timeit(run("triton")), timeit(run("cuda"))
             auto = "cuda" if gpu.cuda_prefix_pays(q, k_pool, v_pool, k_idx, prefix) else "triton"
-            forced = " ".join(f"{n}: {timeit(split(n), iters=20):.3f}" for n in splits)
+            forced = " ".join(f"{n}: {timeit(split(n)):.3f}" for n in splits)
             print(f"| {prefix} | {t} | {gpu.cp.ctas(t, H_Q, H_KV)} | "
                   f"{gpu.cuda_prefix_splits(t, H_Q, H_KV, prefix // 64, q.device)} | {tri:.3f} | {cud:.3f} | "
                   f"{tri / cud:.2f}x | {err:.1e} | {auto} | {forced} |", flush=True)

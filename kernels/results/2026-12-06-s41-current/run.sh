@@ -64,5 +64,14 @@ case "$1" in
         timeout 200 python -m hs_kernels.bench_gpu --decode-only > "$log/bench_decode.log" 2>&1; echo "decode rc $?"
         grep -E "cuDNN SDPA|S_K=(0|1) S_V=(0|1) slots=3 splits=8 " "$log/bench_decode.log" | cut -c1-150
     fi ;;
-*) echo "usage: run.sh 1..5" >&2; exit 2 ;;
+6)  # the prefill table, its one-shot rows at 20 timings each (5 gave medians 0.5 ms apart, "with compression" below
+    # "without"), on the tree before (with this bench_prefill.py copied in: cp kernels/bench_prefill.py
+    # .scratch/s41/head/kernels/) and after, alternated
+    mkdir -p /tmp/old && ln -sfn "$PWD/.scratch/s41/head/kernels" /tmp/old/hs_kernels
+    for tree in before after before after; do
+        echo "== $tree"; pp=$PYTHONPATH; [ $tree = before ] && pp=/tmp/old:$PYTHONPATH
+        PYTHONPATH=$pp timeout 150 python -m hs_kernels.bench_prefill --no-tilelang --triton-configs "" --question 0 \
+            2>&1 | tee -a "$log/bench_prefill_$tree.log" | grep -E "^\| (cuDNN|ours|  the same)"
+    done ;;
+*) echo "usage: run.sh 1..6" >&2; exit 2 ;;
 esac
