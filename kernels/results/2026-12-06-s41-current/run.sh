@@ -73,5 +73,8 @@ case "$1" in
         PYTHONPATH=$pp timeout 150 python -m hs_kernels.bench_prefill --no-tilelang --triton-configs "" --question 0 \
             2>&1 | tee -a "$log/bench_prefill_$tree.log" | grep -E "^\| (cuDNN|ours|  the same)"
     done ;;
-*) echo "usage: run.sh 1..6" >&2; exit 2 ;;
+7)  # sustained one-shot prefill: 60 calls each of cuDNN and ours, twice, each call timed, with clock and power
+    pip list 2>/dev/null | grep -i nvidia-ml
+    timeout 200 python kernels/probes/sustained_prefill.py 2>&1 | tee "$log/sustained.log" | grep -v Warn ;;
+*) echo "usage: run.sh 1..7" >&2; exit 2 ;;
 esac
