@@ -17,7 +17,15 @@ from hs_kernels import gpu
 from hs_kernels.chunk_blocks import compress_chunk
 
 
-def run(fn, calls: int) -> list[tuple[float, int, float]]:
+def telemetry() -> tuple[float, float]:
+    """SM MHz and W now, NaN where NVML is not installed."""
+    try:
+        return torch.cuda.clock_rate(), torch.cuda.power_draw() / 1e3
+    except (ImportError, ModuleNotFoundError, RuntimeError):
+        return float("nan"), float("nan")
+
+
+def run(fn, calls: int) -> list[tuple[float, float, float]]:
     """(ms, SM MHz, W) of each call."""
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     out = []
@@ -26,7 +34,7 @@ def run(fn, calls: int) -> list[tuple[float, int, float]]:
         fn()
         end.record()
         torch.cuda.synchronize()
-        out.append((start.elapsed_time(end), torch.cuda.clock_rate(), torch.cuda.power_draw() / 1e3))
+        out.append((start.elapsed_time(end), *telemetry()))
     return out
 
 
