@@ -76,5 +76,9 @@ case "$1" in
 7)  # sustained one-shot prefill: 60 calls each of cuDNN and ours, twice, each call timed, with clock and power
     pip list 2>/dev/null | grep -i nvidia-ml
     timeout 200 python kernels/probes/sustained_prefill.py 2>&1 | tee "$log/sustained.log" | grep -v Warn ;;
-*) echo "usage: run.sh 1..7" >&2; exit 2 ;;
+8)  # the same, 200 calls each, three rounds, and the card's power limit
+    nvidia-smi --query-gpu=power.limit,clocks.max.sm --format=csv
+    timeout 200 python kernels/probes/sustained_prefill.py --calls 200 --rounds 3 2>&1 | grep -v Warn \
+        | tee "$log/sustained_200.log" ;;
+*) echo "usage: run.sh 1..8" >&2; exit 2 ;;
 esac
