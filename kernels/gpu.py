@@ -1021,16 +1021,17 @@ def compress_magnitude(blocks: torch.Tensor, operand: str, values: torch.Tensor 
 
 
 def triton_compress(blocks, operand: str, slots, values, meta, loss, num_warps: int = 4) -> None:
-    """Launch the Triton compressor on checked inputs (also under Triton's CPU interpreter): ``blocks [N, 64, D]``, or
-    ``[H, C, 64, D]`` whose block ``(h, c)`` is block ``h C + c`` (any strides but the last); 4 warps measured fastest
-    on the H200 (kernels/BENCHMARKS.md)."""
+    """Launch the Triton compressor on checked inputs (also under Triton's CPU interpreter): ``blocks [N, 64, D]``
+    contiguous, or ``[H, C, 64, D]`` whose block ``(h, c)`` is block ``h C + c`` (any strides but the last); 4 warps
+    measured fastest on the H200 (kernels/BENCHMARKS.md)."""
     from . import triton_compress as tc
 
     bits, inf = _COMPRESS_BITS[blocks.dtype]
     tiles = blocks if blocks.dim() == 4 else blocks[None]
     tc.compress_kernel[tiles.shape[1], tiles.shape[0]](
         tiles, slots, _nonempty(values), _nonempty(meta), loss, *tiles.stride()[:3], D=blocks.shape[-1],
-        IS_K=operand == "k", BITS=bits, ABS=(1 << (bits - 1)) - 1, INF=inf, num_warps=num_warps)
+        IS_K=operand == "k", IN_PLACE=blocks.dim() == 4, BITS=bits, ABS=(1 << (bits - 1)) - 1, INF=inf,
+        num_warps=num_warps)
 
 
 def _tilelang_compress(blocks, operand: str, slots, values, meta, loss) -> None:
@@ -1077,8 +1078,14 @@ def compress_tiles(x: torch.Tensor, operand: str, tiles: int,
         return values, meta, loss.view(blocks.shape[:2])
     values, meta, slots = _fresh_slots(blocks.shape[0] * tiles, operand, x.shape[-1], x.dtype, x.device)
     loss = torch.empty(blocks.shape[:2], dtype=torch.float32, device=x.device)
-    triton_compress(blocks, operand, slots, values, meta, loss)
+    triton_compress(blocks, operand, slots, values, meta, loss, compress_tiles_warps(x.shape[-1]))
     return values, meta, loss
+
+
+def compress_tiles_warps(head_dim: int) -> int:
+    """``compress_tiles``' warps: 4, as a pool's blocks take; 8 at head_dim 256, where 4 spill with the strides' address
+    registers (``python -m hs_kernels.resources``)."""
+    return 8 if head_dim == 256 else 4
 
 
 def _fresh_slots(n: int, operand: str, d: int, dtype: torch.dtype, device) -> tuple[torch.Tensor, ...]:

@@ -148,9 +148,13 @@ def variants() -> list[Variant]:
                                              "kd_e", "vd_s", "vd_r", "vd_e"), "i64")},
                            dict(D=d, BLOCK_D=d), 4))  # Triton's default launch
         for operand in ("k", "v"):
-            out.append(Variant(f"compress {operand} d{d}", "triton_compress", "compress_kernel",
-                               {"blocks": "*bf16", "slots": "*i32", "values": "*bf16", "meta": "*i16", "loss": "*fp32"},
-                               dict(D=d, IS_K=operand == "k", BITS=16, ABS=0x7FFF, INF=0x7F80), compress_warps))
+            for in_place in (False, True):  # a pool's blocks, or a chunk's tiles read in place (compress_tiles)
+                out.append(Variant(f"compress {operand} d{d}{' in place' if in_place else ''}", "triton_compress",
+                                   "compress_kernel",
+                                   {"blocks": "*bf16", "slots": "*i32", "values": "*bf16", "meta": "*i16",
+                                    "loss": "*fp32", **dict.fromkeys(("stride_h", "stride_c", "stride_t"), "i32")},
+                                   dict(D=d, IS_K=operand == "k", IN_PLACE=in_place, BITS=16, ABS=0x7FFF, INF=0x7F80),
+                                   gpu.compress_tiles_warps(d) if in_place else compress_warps))
             for apply in (True, False):  # a chunk's tiles pruned, or their losses
                 out.append(Variant(f"prune {operand} d{d}{'' if apply else ' loss'}", "triton_compress", "prune_kernel",
                                    {"x": "*bf16", "sparse": "*u8", "out": "*bf16", "loss": "*fp32", "tiles": "i32",

@@ -84,19 +84,23 @@ def _pruned_l1(x0, x1, x2, x3, k0, k1, k2, k3):
 
 @triton.jit
 def compress_kernel(blocks, slots, values, meta, loss, stride_h, stride_c, stride_t, D: tl.constexpr,
-                    IS_K: tl.constexpr, BITS: tl.constexpr, ABS: tl.constexpr, INF: tl.constexpr):
-    """blocks ``[H, C, 64, D]`` token-major, any strides but the last (a pool's ``[N, 64, D]`` as ``H = 1``, or a
-    chunk's ``[T, H, D]`` tiles read in place); program ``(c, h)``: block ``n = h C + c``. slots ``[N]`` int32; values
-    ``[S, ROWS, LEN / 2]`` and meta ``[S, ROWS, LEN / 16]`` int16 (the sparse pool, operand layout); loss ``[N]``
-    float32."""
+                    IS_K: tl.constexpr, IN_PLACE: tl.constexpr, BITS: tl.constexpr, ABS: tl.constexpr,
+                    INF: tl.constexpr):
+    """blocks ``[H, C, 64, D]`` token-major: IN_PLACE, with any strides but the last (a chunk's ``[T, H, D]`` tiles
+    read in place), else contiguous ``[N, 64, D]`` as ``H = 1`` (a pool's; its constant strides take about half the
+    registers); program ``(c, h)``: block ``n = h C + c``. slots ``[N]`` int32; values ``[S, ROWS, LEN / 2]`` and meta
+    ``[S, ROWS, LEN / 16]`` int16 (the sparse pool, operand layout); loss ``[N]`` float32."""
     ROWS: tl.constexpr = 64 if IS_K else D
     LEN: tl.constexpr = D if IS_K else 64
     G: tl.constexpr = LEN // 4
     c = tl.program_id(0)
     h = tl.program_id(1)
     n = h * tl.num_programs(0) + c
-    src = blocks + h.to(tl.int64) * stride_h + c.to(tl.int64) * stride_c
-    x0, x1, x2, x3 = _load_groups(src, ROWS, G, D, IS_K, stride_t)
+    if IN_PLACE:
+        x0, x1, x2, x3 = _load_groups(blocks + h.to(tl.int64) * stride_h + c.to(tl.int64) * stride_c, ROWS, G, D, IS_K,
+                                      stride_t)
+    else:
+        x0, x1, x2, x3 = _load_groups(blocks + n.to(tl.int64) * (64 * D), ROWS, G, D, IS_K, D)
     k0, k1, k2, k3 = _kept(x0, x1, x2, x3, BITS, ABS, INF)
     idx0 = tl.where(k0, 0, tl.where(k1, 1, 2))
     idx1 = tl.where(k3, 3, tl.where(k2, 2, 1))

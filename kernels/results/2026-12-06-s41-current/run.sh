@@ -62,5 +62,11 @@ case "$1" in
     nvidia-smi --query-gpu=power.limit,clocks.max.sm --format=csv
     timeout 200 python kernels/probes/sustained_prefill.py --calls 200 --rounds 3 2>&1 | grep -v Warn \
         | tee "$log/sustained_200.log" ;;
-*) echo "usage: run.sh 1..8" >&2; exit 2 ;;
+9)  # the pool's compressor back on its constant strides (IN_PLACE only for a chunk's tiles): the compression GPU
+    # suite, the compressor's table, the probe
+    suites tests/test_kernels_gpu_compress.py
+    timeout 120 python -m hs_kernels.bench_gpu --compress-only > "$log/bench_compress.log" 2>&1; echo "compress rc $?"
+    grep -E "compress|cuDNN" "$log/bench_compress.log" | cut -c1-150
+    probe after "^\| [01] \||rescue_kernel|compress_kernel" ;;
+*) echo "usage: run.sh 1..9" >&2; exit 2 ;;
 esac
