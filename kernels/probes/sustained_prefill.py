@@ -1,13 +1,17 @@
 """Whether a sustained prefill runs slower than a short burst: the 32K causal one shot (Llama-3.1-8B shapes, bf16),
-cuDNN and ours (``gpu.prefill_compressed_attention`` at S = 1/1) in turn, ``--calls`` calls each, every call timed
-alone (events, a sync after each), with the SM clock and power the driver reports (torch.cuda.clock_rate /
-power_draw, NVML) sampled after every call. Prints each run's median of its first 5 and of its last 10 calls.
+cuDNN and ours (``gpu.prefill_compressed_attention`` at S = 1/1), ``--calls`` calls each, every call timed alone
+(events, a sync after each), with the SM clock and power the driver reports (torch.cuda.clock_rate / power_draw,
+NVML) sampled after every call. By default each kernel runs its calls in turn, and each run's median of its first 5
+and of its last 10 calls is printed; ``--interleave``: the kernels alternate call by call, so that both run in the
+same power state, and the medians of all calls after the first ``--settle`` are printed with their ratio;
+``--pause S``: S seconds idle before each call, so that calls run at a burst's clocks.
 
-    python kernels/probes/sustained_prefill.py [--calls 60] [--rounds 2]
+    python kernels/probes/sustained_prefill.py [--calls 60] [--rounds 2] [--interleave] [--settle 20] [--pause 0]
 """
 
 import argparse
 import statistics
+import time
 
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -25,23 +29,32 @@ def telemetry() -> tuple[float, float]:
         return float("nan"), float("nan")
 
 
-def run(fn, calls: int) -> list[tuple[float, float, float]]:
-    """(ms, SM MHz, W) of each call."""
+def run(fns, calls: int, pause: float = 0.0) -> list[list[tuple[float, float, float]]]:
+    """(ms, SM MHz, W) of each call of each of ``fns``, which take turns call by call, ``pause`` s idle before each."""
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    out = []
+    out = [[] for _ in fns]
     for _ in range(calls):
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        out.append((start.elapsed_time(end), *telemetry()))
+        for fn, samples in zip(fns, out):
+            time.sleep(pause)
+            start.record()
+            fn()
+            end.record()
+            torch.cuda.synchronize()
+            samples.append((start.elapsed_time(end), *telemetry()))
     return out
+
+
+def medians(samples) -> str:
+    return " / ".join(f"{statistics.median(x):.{p}f}" for x, p in zip(zip(*samples), (3, 0, 0)))
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--calls", type=int, default=60)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--interleave", action="store_true")
+    ap.add_argument("--settle", type=int, default=20)
+    ap.add_argument("--pause", type=float, default=0.0, help="seconds idle before each call (a burst's clocks)")
     args = ap.parse_args()
     t = 32768
     torch.manual_seed(0)
@@ -57,13 +70,19 @@ def main() -> None:
     def ours():
         gpu.prefill_compressed_attention(q, k, v, chunk)
 
+    kernels = (("cuDNN", cudnn), ("ours S=1/1", ours))
+    if args.interleave:
+        print("| round | cuDNN: ms, MHz, W | ours S=1/1: ms, MHz, W | ratio |\n|---|---|---|---|")
+        for r in range(args.rounds):
+            a, b = (x[args.settle:] for x in run([fn for _, fn in kernels], args.calls, args.pause))
+            ratio = statistics.median(x[0] for x in a) / statistics.median(x[0] for x in b)
+            print(f"| {r} | {medians(a)} | {medians(b)} | {ratio:.3f}x |", flush=True)
+        return
     print("| round | kernel | first 5: ms, MHz, W | last 10: ms, MHz, W |\n|---|---|---|---|")
     for r in range(args.rounds):
-        for name, fn in (("cuDNN", cudnn), ("ours S=1/1", ours)):
-            samples = run(fn, args.calls)
-            cols = [" / ".join(f"{statistics.median(x):.{p}f}" for x, p in zip(zip(*part), (3, 0, 0)))
-                    for part in (samples[:5], samples[-10:])]
-            print(f"| {r} | {name} | {cols[0]} | {cols[1]} |", flush=True)
+        for name, fn in kernels:
+            samples = run([fn], args.calls)[0]
+            print(f"| {r} | {name} | {medians(samples[:5])} | {medians(samples[-10:])} |", flush=True)
 
 
 if __name__ == "__main__":

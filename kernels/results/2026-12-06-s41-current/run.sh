@@ -68,5 +68,10 @@ case "$1" in
     timeout 120 python -m hs_kernels.bench_gpu --compress-only > "$log/bench_compress.log" 2>&1; echo "compress rc $?"
     grep -E "compress|cuDNN" "$log/bench_compress.log" | cut -c1-150
     probe after "^\| [01] \||rescue_kernel|compress_kernel" ;;
-*) echo "usage: run.sh 1..9" >&2; exit 2 ;;
+10) # cuDNN and ours alternating call by call (the same power state): back to back, then with 0.5 s idle before each
+    timeout 100 python kernels/probes/sustained_prefill.py --interleave --calls 120 2>&1 | grep -v Warn \
+        | tee "$log/interleaved.log"
+    timeout 100 python kernels/probes/sustained_prefill.py --interleave --calls 24 --settle 4 --pause 0.5 --rounds 1 \
+        2>&1 | grep -v Warn | tee "$log/interleaved_paused.log" ;;
+*) echo "usage: run.sh 1..10" >&2; exit 2 ;;
 esac
