@@ -4,9 +4,11 @@ cuDNN and ours (``gpu.prefill_compressed_attention`` at S = 1/1), ``--calls`` ca
 NVML) sampled after every call. By default each kernel runs its calls in turn, and each run's median of its first 5
 and of its last 10 calls is printed; ``--interleave``: the kernels alternate call by call, so that both run in the
 same power state, and the medians of all calls after the first ``--settle`` are printed with their ratio;
-``--pause S``: S seconds idle before each call, so that calls run at a burst's clocks.
+``--pause S``: S seconds idle before each call, so that calls run at a burst's clocks; ``--kernel-only``: ours as
+``cuda_prefill.launch`` alone (no entry-point checks, no rescue, no host sync).
 
     python kernels/probes/sustained_prefill.py [--calls 60] [--rounds 2] [--interleave] [--settle 20] [--pause 0]
+        [--kernel-only]
 """
 
 import argparse
@@ -17,7 +19,7 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.functional import scaled_dot_product_attention as sdpa
 
-from hs_kernels import gpu
+from hs_kernels import cuda_prefill, gpu
 from hs_kernels.chunk_blocks import compress_chunk
 
 
@@ -54,6 +56,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--interleave", action="store_true")
     ap.add_argument("--settle", type=int, default=20)
+    ap.add_argument("--kernel-only", action="store_true", help="ours as cuda_prefill.launch alone")
     ap.add_argument("--pause", type=float, default=0.0, help="seconds idle before each call (a burst's clocks)")
     args = ap.parse_args()
     t = 32768
@@ -67,8 +70,15 @@ def main() -> None:
         with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
             sdpa(qb, kb, vb, is_causal=True, enable_gqa=True)
 
+    keys, values = (cuda_prefill.SparseBlocks(*x) for x in ((chunk.k_vals, chunk.k_meta, chunk.k_index),
+                                                             (chunk.v_vals, chunk.v_meta, chunk.v_index)))
+    out, lse = torch.empty_like(q), torch.empty(t, 32, device="cuda")
+
     def ours():
-        gpu.prefill_compressed_attention(q, k, v, chunk)
+        if args.kernel_only:  # the launch alone: no entry-point checks, no rescue, no host sync
+            cuda_prefill.launch(q, keys, values, 128 ** -0.5, 0, out, lse)
+        else:
+            gpu.prefill_compressed_attention(q, k, v, chunk)
 
     kernels = (("cuDNN", cudnn), ("ours S=1/1", ours))
     if args.interleave:

@@ -73,5 +73,10 @@ case "$1" in
         | tee "$log/interleaved.log"
     timeout 100 python kernels/probes/sustained_prefill.py --interleave --calls 24 --settle 4 --pause 0.5 --rounds 1 \
         2>&1 | grep -v Warn | tee "$log/interleaved_paused.log" ;;
-*) echo "usage: run.sh 1..10" >&2; exit 2 ;;
+11) # the same, ours as the launch alone (no entry point, rescue or sync)
+    for pause in 0 0.5; do
+        timeout 100 python kernels/probes/sustained_prefill.py --interleave --kernel-only --calls 40 --settle 8 \
+            --pause $pause --rounds 1 2>&1 | grep -v Warn | tee -a "$log/interleaved_kernel.log"
+    done ;;
+*) echo "usage: run.sh 1..11" >&2; exit 2 ;;
 esac
