@@ -78,5 +78,10 @@ case "$1" in
         timeout 100 python kernels/probes/sustained_prefill.py --interleave --kernel-only --calls 40 --settle 8 \
             --pause $pause --rounds 1 2>&1 | grep -v Warn | tee -a "$log/interleaved_kernel.log"
     done ;;
-*) echo "usage: run.sh 1..11" >&2; exit 2 ;;
+12) # the entry point at the cap (more calls), and both at 0.1 s pauses (written after it ran as a literal command)
+    for a in "--calls 120 --settle 30" "--calls 40 --settle 8 --pause 0.1" "--calls 40 --settle 8 --pause 0.1 --kernel-only"
+    do
+        echo "== $a"; timeout 60 python kernels/probes/sustained_prefill.py --interleave --rounds 1 $a 2>&1 | grep "^| 0"
+    done 2>&1 | tee "$log/call12.log" ;;
+*) echo "usage: run.sh 1..12" >&2; exit 2 ;;
 esac
