@@ -8,7 +8,9 @@ dense, as the pruner does), bytes = what the kernel must read (dense blocks, 2:4
 metadata, index maps); GB/s against the 4.3 TB/s copy ceiling. Compression: K and V of 32K tokens
 x 8 KV heads (Triton, and TileLang where installed; a loss-only pass as serving's first pass), against
 cuDNN causal prefill of the same 32K tokens.
-Timing: triton.testing.do_bench (median), inputs far larger than L2.
+Timing: triton.testing.do_bench (median), inputs far larger than L2; the CUDA decode at its default launch also
+alternating with cuDNN call by call (``timing.alternating``), its ratio against cuDNN in the same turns (one
+power state for both: kernels/BENCHMARKS.md, forty-first session).
 """
 
 import argparse
@@ -19,6 +21,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from hs_kernels import cuda_decode, gpu
+from hs_kernels.timing import alternating
 from hs_kernels.compressor import compress_blocks
 from hs_kernels.format import BLOCK_SIZE, sparse_shapes
 from hs_kernels.pruner import block_loss, element_mask
@@ -144,8 +147,11 @@ def decode_rows(rows, gen, b, ctx, quick):
             rows.append((f"decode B={b} {ctx // 1024}K", name, ms, dense_bytes / ms / 1e6, None))
         except RuntimeError as e:
             rows.append((f"decode B={b} {ctx // 1024}K", f"{name} (failed: {str(e)[:40]})", float("nan"), 0, None))
-    del kd, vd
     base = rows[0][2]
+
+    def cudnn():
+        with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+            F.scaled_dot_product_attention(q[:, :, None], kd, vd, enable_gqa=True)
 
     settings = [(0, 0), (1, 1)] if quick else [(0, 0), (0.5, 0), (1, 0), (0, 0.5), (0, 1), (0.5, 0.5), (1, 1)]
     sl = torch.full((b,), ctx, dtype=torch.int32, device="cuda")
@@ -175,11 +181,17 @@ def decode_rows(rows, gen, b, ctx, quick):
                     rows.append((f"decode B={b} {ctx // 1024}K", f"ours CUDA mma.sp S_K={s_k} S_V={s_v} slots={slots} "
                                  f"splits={n}" + (f" (vs Triton {err:.0e})" if n == cuda_default else ""), ms,
                                  nbytes / ms / 1e6, base / ms))
+                if slots == cuda_decode.DEFAULT_SLOTS:  # at one clock: ratio against cuDNN in the same turns
+                    c, ms = alternating(cudnn, lambda: gpu.cuda_decode(q, k_pool, v_pool, k_index, v_index, sl, scale,
+                                                                       cuda_default, slots=slots), iters=200)
+                    rows.append((f"decode B={b} {ctx // 1024}K", f"ours CUDA mma.sp S_K={s_k} S_V={s_v} splits="
+                                 f"{cuda_default}, alternating with cuDNN ({c:.4f} ms)", ms, nbytes / ms / 1e6, c / ms))
             if (s_k, s_v) == (1, 1):  # the product entry point: host-side checks and dispatch included
                 ms = bench(lambda: gpu.decode_attention(q, k_pool, v_pool, k_index, v_index, sl))
                 rows.append((f"decode B={b} {ctx // 1024}K", f"ours S_K={s_k} S_V={s_v} via decode_attention", ms,
                              nbytes / ms / 1e6, base / ms))
             del k_pool, v_pool
+    del kd, vd
 
 
 CHOICE_SHAPES = [  # (batch, context, query heads, KV heads, head_dim, dtype)

@@ -39,6 +39,7 @@ from concurrent.futures import ProcessPoolExecutor
 import torch
 
 from hs_kernels.bench_gpu import rel_err
+from hs_kernels.timing import alternating, timeit
 from hs_kernels.chunk_blocks import compress_chunk
 
 H_Q, H_KV, D = 32, 8, 128
@@ -48,35 +49,6 @@ DENSE_TFLOPS = 790.0  # H200 bf16 dense GEMM measured (cuBLAS, warm clocks); spa
 
 def flops(t: int, h_q: int = H_Q, d: int = D) -> float:
     return 4.0 * t * t / 2 * h_q * d
-
-
-def timeit(fn, iters: int = 20, warmup: int = 3) -> float:
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(iters):
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    return sorted(times)[len(times) // 2]
-
-
-def back_to_back(fn, n: int = 20, host_only: bool = False) -> float:
-    """Ms per call of ``n`` calls queued back to back (as a model's layers queue them), then one sync; ``host_only``:
-    the host's time to issue them (the clock stops before the sync)."""
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(n):
-        fn()
-    issued = time.perf_counter()
-    torch.cuda.synchronize()
-    return ((issued if host_only else time.perf_counter()) - start) / n * 1e3
 
 
 def _modes_prefix(prefix_len, p):
@@ -216,7 +188,8 @@ def bench(tokens: int, variants, chunk: int, triton_configs, tilelang: bool) -> 
 def bench_cuda(q, k, v, chunk: int, add) -> None:
     """The CUDA Trans-Both kernel on wgmma.sp (``gpu.prefill_compressed_attention``), one shot, every V tile 2:4 and
     every K tile 2:4 (S_K = 1) or dense (S_K = 0): the entry point's whole cost (key norms, kernel, underflow check),
-    then with the chunk's compression; then chunks of ``chunk`` tokens over the previous ones stored 2:4 (S = 1/1),
+    the same alternating with cuDNN call by call (one clock for both: ``alternating``), then with the chunk's
+    compression; then chunks of ``chunk`` tokens over the previous ones stored 2:4 (S = 1/1),
     ``gpu.prefill_attention`` on the Triton kernel alone and "auto" (the prefix's 2:4 blocks on the CUDA kernel)."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.nn.functional import scaled_dot_product_attention as sdpa
@@ -227,6 +200,12 @@ def bench_cuda(q, k, v, chunk: int, add) -> None:
     if not cuda_prefill.supports(q, k.shape[1]):
         print("  CUDA wgmma.sp prefill: not supported here (needs sm_90, nvcc, bf16, d 128)", flush=True)
         return
+    qb, kb, vb = (x.transpose(0, 1)[None] for x in (q, k, v))
+
+    def cudnn_call():
+        with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+            sdpa(qb, kb, vb, is_causal=True, enable_gqa=True)
+
     for s_k in (1, 0):
         compressed = compress_chunk(k, v, s_k, 1)
         out, _ = gpu.prefill_compressed_attention(q, k, v, compressed)
@@ -236,6 +215,9 @@ def bench_cuda(q, k, v, chunk: int, add) -> None:
         note = f"rel.err vs cuDNN on the same keys {rel_err(out, same_keys):.1e}"
         add(f"ours CUDA wgmma.sp one shot, S_K={s_k} S_V=1",
             timeit(lambda: gpu.prefill_compressed_attention(q, k, v, compressed)), note)
+        cudnn, ours = alternating(cudnn_call, lambda: gpu.prefill_compressed_attention(q, k, v, compressed), iters=40)
+        add("  the same, alternating with cuDNN call by call", ours,
+            f"cuDNN {cudnn:.2f} ms in the same turns: {cudnn / ours:.2f}x at one clock")
         add(f"  the same with compress_chunk({s_k}, 1)",
             timeit(lambda: gpu.prefill_compressed_attention(q, k, v, compress_chunk(k, v, s_k, 1))))
     # chunked over a 2:4 prefix (the serving path): the prefix's 2:4 blocks on the kernel, the chunk on Triton

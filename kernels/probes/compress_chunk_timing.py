@@ -12,7 +12,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from hs_kernels import gpu
-from hs_kernels.bench_prefill import back_to_back, timeit
+from hs_kernels.timing import back_to_back, timeit
 from hs_kernels.chunk_blocks import compress_chunk
 
 

@@ -8,7 +8,7 @@ for scale, and the CUDA library's ``launch``. 512 tokens, Llama heads, 2048 keys
 import torch
 
 from hs_kernels import cuda_prefill as cp
-from hs_kernels.bench_prefill import back_to_back
+from hs_kernels.timing import back_to_back
 from hs_kernels.chunk_blocks import compress_chunk
 
 

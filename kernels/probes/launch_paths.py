@@ -21,7 +21,7 @@ import torch
 
 from hs_kernels import gpu
 from hs_kernels import triton_stream as ts
-from hs_kernels.bench_prefill import back_to_back
+from hs_kernels.timing import back_to_back
 from hs_kernels.triton_blocks import LOG2E
 
 CALLS = 200

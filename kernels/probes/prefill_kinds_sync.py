@@ -9,7 +9,8 @@ default copied the prefix dense; Llama-3.1-8B heads, bf16.
 import torch
 
 from hs_kernels import gpu
-from hs_kernels.bench_prefill import D, H_KV, H_Q, _copies, _pools_at, back_to_back, timeit
+from hs_kernels.bench_prefill import D, H_KV, H_Q, _copies, _pools_at
+from hs_kernels.timing import back_to_back, timeit
 
 
 def first_of_kind(index: torch.Tensor, used: int, want) -> torch.Tensor:

@@ -11,7 +11,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.functional import scaled_dot_product_attention as sdpa
 from hs_kernels import gpu
 from hs_kernels.chunk_blocks import compress_chunk
-from hs_kernels.bench_prefill import timeit
+from hs_kernels.timing import timeit
 
 torch.manual_seed(0)
 t = 32768

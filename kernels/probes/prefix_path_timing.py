@@ -28,7 +28,8 @@ from torch.profiler import ProfilerActivity, profile
 
 from hs_kernels import gpu
 from hs_kernels.bench_gpu import rel_err
-from hs_kernels.bench_prefill import D, H_KV, H_Q, back_to_back, timeit
+from hs_kernels.bench_prefill import D, H_KV, H_Q
+from hs_kernels.timing import back_to_back, timeit
 from hs_kernels.compressed_kv import to_blocks
 from hs_kernels.pool import BlockPool
 from hs_kernels.pruner import element_mask

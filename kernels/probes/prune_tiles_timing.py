@@ -12,7 +12,7 @@ import os
 import torch
 
 from hs_kernels import gpu
-from hs_kernels.bench_prefill import back_to_back
+from hs_kernels.timing import back_to_back
 
 
 def main() -> None:

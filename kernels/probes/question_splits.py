@@ -12,7 +12,7 @@ import argparse
 import torch
 
 from hs_kernels import gpu
-from hs_kernels.bench_prefill import back_to_back
+from hs_kernels.timing import back_to_back
 from prefix_path_timing import gpu_busy, served_pools
 
 

@@ -14,7 +14,8 @@ from hs_prep.safetensors_file import open_safetensors
 from hs_kernels import attention as ref
 from hs_kernels import cuda_prefill, gpu
 from hs_kernels.bench_gpu import rel_err
-from hs_kernels.bench_prefill import _pools_at, timeit
+from hs_kernels.bench_prefill import _pools_at
+from hs_kernels.timing import timeit
 from hs_kernels.chunk_blocks import chunk_as_dense, compress_chunk
 from hs_kernels.pool import BlockPool
 

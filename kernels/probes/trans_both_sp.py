@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from hs_kernels import cuda_prefill, gpu
-from hs_kernels.bench_prefill import timeit
+from hs_kernels.timing import timeit
 from hs_kernels.compressed_kv import to_blocks
 from hs_kernels.pool import BlockPool
 from hs_kernels.pruner import element_mask

@@ -13,7 +13,7 @@ import triton.language as tl
 from torch.nn.attention import SDPBackend, sdpa_kernel
 import hs_kernels.triton_prefill as tp
 from hs_kernels import gpu
-from hs_kernels.bench_prefill import timeit
+from hs_kernels.timing import timeit
 from hs_kernels.pool import BlockPool
 
 if sys.argv[1] == "static":

@@ -1,0 +1,44 @@
+"""Timing on the GPU for the benchmarks and probes: CUDA events around each call, medians."""
+
+import time
+
+import torch
+
+
+def timeit(fn, iters: int = 20, warmup: int = 3) -> float:
+    """Median ms of ``iters`` calls of ``fn``, each timed alone after ``warmup`` calls."""
+    return alternating(fn, iters=iters, warmup=warmup)[0]
+
+
+def alternating(*fns, iters: int = 20, warmup: int = 3) -> list[float]:
+    """Median ms of each of ``fns``, which take turns call by call, each call timed alone: so that they run in one power
+    state (run apart under the H100's 700 W cap, the 2:4 prefill held ~15 % higher clocks than cuDNN,
+    kernels/BENCHMARKS.md, forty-first session)."""
+    for _ in range(warmup):
+        for fn in fns:
+            fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = [[] for _ in fns]
+    for _ in range(iters):
+        for fn, out in zip(fns, times):
+            start.record()
+            fn()
+            end.record()
+            torch.cuda.synchronize()
+            out.append(start.elapsed_time(end))
+    return [sorted(t)[len(t) // 2] for t in times]
+
+
+def back_to_back(fn, n: int = 20, host_only: bool = False) -> float:
+    """Ms per call of ``n`` calls queued back to back (as a model's layers queue them), then one sync; ``host_only``:
+    the host's time to issue them (the clock stops before the sync)."""
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(n):
+        fn()
+    issued = time.perf_counter()
+    torch.cuda.synchronize()
+    return ((issued if host_only else time.perf_counter()) - start) / n * 1e3
