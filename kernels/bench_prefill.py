@@ -189,7 +189,7 @@ def bench_cuda(q, k, v, chunk: int, add) -> None:
     """The CUDA Trans-Both kernel on wgmma.sp (``gpu.prefill_compressed_attention``), one shot, every V tile 2:4 and
     every K tile 2:4 (S_K = 1) or dense (S_K = 0): the entry point's whole cost (key norms, kernel, underflow check),
     the same alternating with cuDNN call by call (one clock for both: ``alternating``), then with the chunk's
-    compression; then chunks of ``chunk`` tokens over the previous ones stored 2:4 (S = 1/1),
+    compression (alternating with the call without it); then chunks of ``chunk`` tokens over the previous ones stored 2:4 (S = 1/1),
     ``gpu.prefill_attention`` on the Triton kernel alone and "auto" (the prefix's 2:4 blocks on the CUDA kernel)."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.nn.functional import scaled_dot_product_attention as sdpa
@@ -213,13 +213,16 @@ def bench_cuda(q, k, v, chunk: int, add) -> None:
         with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
             same_keys = sdpa(q.transpose(0, 1)[None], kd, vd, is_causal=True, enable_gqa=True)[0].transpose(0, 1)
         note = f"rel.err vs cuDNN on the same keys {rel_err(out, same_keys):.1e}"
-        add(f"ours CUDA wgmma.sp one shot, S_K={s_k} S_V=1",
-            timeit(lambda: gpu.prefill_compressed_attention(q, k, v, compressed)), note)
-        cudnn, ours = alternating(cudnn_call, lambda: gpu.prefill_compressed_attention(q, k, v, compressed), iters=40)
+        def run():
+            return gpu.prefill_compressed_attention(q, k, v, compressed)
+
+        add(f"ours CUDA wgmma.sp one shot, S_K={s_k} S_V=1", timeit(run), note)
+        cudnn, ours = alternating(cudnn_call, run, iters=40)
         add("  the same, alternating with cuDNN call by call", ours,
             f"cuDNN {cudnn:.2f} ms in the same turns: {cudnn / ours:.2f}x at one clock")
-        add(f"  the same with compress_chunk({s_k}, 1)",
-            timeit(lambda: gpu.prefill_compressed_attention(q, k, v, compress_chunk(k, v, s_k, 1))))
+        alone, with_c = alternating(run, lambda: gpu.prefill_compressed_attention(q, k, v, compress_chunk(k, v, s_k, 1)))
+        add(f"  the same with compress_chunk({s_k}, 1)", with_c,
+            f"{with_c - alone:+.2f} ms over the call without it, alternating")
     # chunked over a 2:4 prefix (the serving path): the prefix's 2:4 blocks on the kernel, the chunk on Triton
     gen = torch.Generator(device=q.device)
     gen.manual_seed(3)
