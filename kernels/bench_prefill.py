@@ -189,8 +189,9 @@ def bench_cuda(q, k, v, chunk: int, add) -> None:
     """The CUDA Trans-Both kernel on wgmma.sp (``gpu.prefill_compressed_attention``), one shot, every V tile 2:4 and
     every K tile 2:4 (S_K = 1) or dense (S_K = 0): the entry point's whole cost (key norms, kernel, underflow check),
     the same alternating with cuDNN call by call (one clock for both: ``alternating``), then with the chunk's
-    compression (alternating with the call without it); then chunks of ``chunk`` tokens over the previous ones stored 2:4 (S = 1/1),
-    ``gpu.prefill_attention`` on the Triton kernel alone and "auto" (the prefix's 2:4 blocks on the CUDA kernel)."""
+    compression (alternating with the call without it); then chunks of ``chunk`` tokens over the previous ones stored
+    2:4 (S = 1/1), ``gpu.prefill_attention`` on the Triton kernel alone and "auto" (the prefix's 2:4 blocks on the CUDA
+    kernel)."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.nn.functional import scaled_dot_product_attention as sdpa
 
@@ -220,7 +221,8 @@ def bench_cuda(q, k, v, chunk: int, add) -> None:
         cudnn, ours = alternating(cudnn_call, run, iters=40)
         add("  the same, alternating with cuDNN call by call", ours,
             f"cuDNN {cudnn:.2f} ms in the same turns: {cudnn / ours:.2f}x at one clock")
-        alone, with_c = alternating(run, lambda: gpu.prefill_compressed_attention(q, k, v, compress_chunk(k, v, s_k, 1)))
+        alone, with_c = alternating(
+            run, lambda: gpu.prefill_compressed_attention(q, k, v, compress_chunk(k, v, s_k, 1)))
         add(f"  the same with compress_chunk({s_k}, 1)", with_c,
             f"{with_c - alone:+.2f} ms over the call without it, alternating")
     # chunked over a 2:4 prefix (the serving path): the prefix's 2:4 blocks on the kernel, the chunk on Triton
