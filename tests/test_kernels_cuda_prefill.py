@@ -31,9 +31,9 @@ sys.path.insert(0, sys.argv[1])
 from hs_kernels import cuda_prefill as cp
 from hs_kernels.chunk_blocks import chunk_as_dense, compress_chunk
 
-D, H_KV, G, SCALE = 128, 2, 2, 0.09
+D, H_KV, SCALE = 128, 2, 0.09
 results = []
-for q_pos0, s_k, other, marked, refused in json.loads(sys.argv[2]):
+for q_pos0, s_k, other, marked, refused, G in json.loads(sys.argv[2]):
     gen = torch.Generator().manual_seed(len(results))
     k, v = (torch.randn(128, H_KV, D, generator=gen).half() for _ in range(2))
     t = 128 - (q_pos0 or 0)
@@ -79,13 +79,16 @@ print(json.dumps(results))
 
 
 @pytest.mark.parametrize("case", [
-    # q_pos0, s_k (1: 2:4 keys, 0: dense keys), other keys' part merged in, only the kernel's marks count, refused
-    (None, 1, True, False, False),
-    (0, 1, False, True, False),
-    (0, 0, False, False, False),
-    (45, 1, True, False, False),
-    (None, 0, False, True, False),
-    (None, 1, False, False, True),
+    # q_pos0, s_k (1: 2:4 keys, 0: dense keys), other keys' part merged in, only the kernel's marks count, refused,
+    # query heads per KV head (a program walks them; 3: its marks read through a power-of-two tile)
+    (None, 1, True, False, False, 2),
+    (0, 1, False, True, False, 2),
+    (0, 0, False, False, False, 2),
+    (45, 1, True, False, False, 2),
+    (None, 0, False, True, False, 2),
+    (None, 1, False, False, True, 2),
+    (None, 1, False, True, False, 3),
+    (7, 0, True, False, False, 3),
 ])
 def test_rescue_recomputes_the_lost_rows_and_touches_nothing_else(case):
     """``cuda_prefill.rescue`` under Triton's interpreter: the rows marked NaN and (unless ``marked``) those whose
@@ -93,7 +96,7 @@ def test_rescue_recomputes_the_lost_rows_and_touches_nothing_else(case):
     attention over the blocks, merged with another part's where given; every other row keeps what it held; a refused
     launch leaves every row NaN."""
     r = interpret(RESCUE, [case])[0]
-    if case[-1]:
+    if case[4]:  # refused
         assert r["refused_nan"]
         return
     assert r["lost"] > 0 and r["count"] == r["lost"]
