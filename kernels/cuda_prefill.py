@@ -178,6 +178,8 @@ def rescue(q, k: SparseBlocks | torch.Tensor, v: SparseBlocks, work, scale: floa
     ``launch``'s parts (``flag=False``) with other keys', given as ``other`` (``out``, ``lse`` of the same rows), which
     is then merged into the recomputed rows. Every row becomes NaN where ``launch`` refused an index entry. ``count``
     (``[1]`` int32 on q's device, for tests and probes): the recomputed rows are added to it."""
+    import triton
+
     from . import triton_rescue
 
     t, h_q, d = q.shape
@@ -190,7 +192,7 @@ def rescue(q, k: SparseBlocks | torch.Tensor, v: SparseBlocks, work, scale: floa
         q, k_dense, k_vals, k_meta, v.values, v.meta, k_index, v.index, work, *(other or (out, lse)), out, lse,
         work if count is None else count,  # an unread pointer where nothing is counted
         scale * LOG2E, OFFSET_HEADROOM, UNDERFLOW_GAP, t, nb, 0 if q_pos0 is None else q_pos0,
-        H_KV=h_kv, G=h_q // h_kv, G_P2=1 << (h_q // h_kv - 1).bit_length(), D=d, TOK=tok, K_DENSE=dense,
+        H_KV=h_kv, G=h_q // h_kv, G_P2=triton.next_power_of_2(h_q // h_kv), D=d, TOK=tok, K_DENSE=dense,
         CAUSAL=q_pos0 is not None, MARKED=marked,
         OTHER=other is not None, COUNT=count is not None, PRMT=q.is_cuda)
 

@@ -11,23 +11,31 @@ def timeit(fn, iters: int = 20, warmup: int = 3) -> float:
 
 
 def alternating(*fns, iters: int = 20, warmup: int = 3) -> list[float]:
-    """Median ms of each of ``fns``, which take turns call by call, each call timed alone: so that they run in one power
-    state (run apart under the H100's 700 W cap, the 2:4 prefill held ~15 % higher clocks than cuDNN,
+    """Median ms of each of ``fns``, which take turns call by call (``per_call``) after ``warmup`` turns: so that they
+    run in one power state (run apart under the H100's 700 W cap, the 2:4 prefill held ~15 % higher clocks than cuDNN,
     kernels/BENCHMARKS.md, forty-first session)."""
     for _ in range(warmup):
         for fn in fns:
             fn()
+    times = [sorted(ms for ms, *_ in calls) for calls in per_call(*fns, calls=iters)]
+    return [t[len(t) // 2] for t in times]
+
+
+def per_call(*fns, calls: int, pause: float = 0.0, extra=tuple) -> list[list[tuple]]:
+    """``(ms, *extra())`` of each call of each of ``fns``, which take turns call by call, each timed alone (CUDA events,
+    a sync after it), ``pause`` seconds idle before each; ``extra``: read after each call (e.g. the clock)."""
     torch.cuda.synchronize()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = [[] for _ in fns]
-    for _ in range(iters):
-        for fn, out in zip(fns, times):
+    out = [[] for _ in fns]
+    for _ in range(calls):
+        for fn, samples in zip(fns, out):
+            time.sleep(pause)
             start.record()
             fn()
             end.record()
             torch.cuda.synchronize()
-            out.append(start.elapsed_time(end))
-    return [sorted(t)[len(t) // 2] for t in times]
+            samples.append((start.elapsed_time(end), *extra()))
+    return out
 
 
 def back_to_back(fn, n: int = 20, host_only: bool = False) -> float:

@@ -13,7 +13,6 @@ same power state, and the medians of all calls after the first ``--settle`` are 
 
 import argparse
 import statistics
-import time
 
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -21,6 +20,7 @@ from torch.nn.functional import scaled_dot_product_attention as sdpa
 
 from hs_kernels import cuda_prefill, gpu
 from hs_kernels.chunk_blocks import compress_chunk
+from hs_kernels.timing import per_call
 
 
 def telemetry() -> tuple[float, float]:
@@ -29,21 +29,6 @@ def telemetry() -> tuple[float, float]:
         return torch.cuda.clock_rate(), torch.cuda.power_draw() / 1e3
     except (ImportError, ModuleNotFoundError, RuntimeError):
         return float("nan"), float("nan")
-
-
-def run(fns, calls: int, pause: float = 0.0) -> list[list[tuple[float, float, float]]]:
-    """(ms, SM MHz, W) of each call of each of ``fns``, which take turns call by call, ``pause`` s idle before each."""
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    out = [[] for _ in fns]
-    for _ in range(calls):
-        for fn, samples in zip(fns, out):
-            time.sleep(pause)
-            start.record()
-            fn()
-            end.record()
-            torch.cuda.synchronize()
-            samples.append((start.elapsed_time(end), *telemetry()))
-    return out
 
 
 def medians(samples) -> str:
@@ -84,14 +69,15 @@ def main() -> None:
     if args.interleave:
         print("| round | cuDNN: ms, MHz, W | ours S=1/1: ms, MHz, W | ratio |\n|---|---|---|---|")
         for r in range(args.rounds):
-            a, b = (x[args.settle:] for x in run([fn for _, fn in kernels], args.calls, args.pause))
+            a, b = (x[args.settle:] for x in per_call(*(fn for _, fn in kernels), calls=args.calls,
+                                                      pause=args.pause, extra=telemetry))
             ratio = statistics.median(x[0] for x in a) / statistics.median(x[0] for x in b)
             print(f"| {r} | {medians(a)} | {medians(b)} | {ratio:.3f}x |", flush=True)
         return
     print("| round | kernel | first 5: ms, MHz, W | last 10: ms, MHz, W |\n|---|---|---|---|")
     for r in range(args.rounds):
         for name, fn in kernels:
-            samples = run([fn], args.calls)[0]
+            samples = per_call(fn, calls=args.calls, extra=telemetry)[0]
             print(f"| {r} | {name} | {medians(samples[:5])} | {medians(samples[-10:])} |", flush=True)
 
 
