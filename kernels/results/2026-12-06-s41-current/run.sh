@@ -83,5 +83,8 @@ case "$1" in
     do
         echo "== $a"; timeout 60 python kernels/probes/sustained_prefill.py --interleave --rounds 1 $a 2>&1 | grep "^| 0"
     done 2>&1 | tee "$log/call12.log" ;;
-*) echo "usage: run.sh 1..12" >&2; exit 2 ;;
+13) # the review (6012dc0): the CUDA prefill suite (the rescue's head tile), the compression suite, the prefill table
+    suites tests/test_kernels_gpu_cuda_prefill.py tests/test_kernels_gpu_compress.py
+    prefill_table ;;
+*) echo "usage: run.sh 1..13" >&2; exit 2 ;;
 esac
