@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The forty-second session's device calls, from the repository root: bash kernels/results/2026-12-06-s42/run.sh N
+set -o pipefail
+source scripts/device_env.sh
+export HS_KERNELS_CACHE=/tmp/hsk
+nvidia-smi -L
+log=$OUT/s42; mkdir -p "$log"
+suites() { timeout 330 python -m pytest -q -m gpu "$@" 2>&1 | tee "$log/tests.log" | tail -3; }
+prefill_table() {
+    timeout 240 python -m hs_kernels.bench_prefill --no-tilelang --triton-configs '' --question 0 \
+        > "$log/bench_prefill.log" 2>&1; echo "bench_prefill rc $?"
+    grep -E "^\| (cuDNN|ours|  the same)" "$log/bench_prefill.log"
+}
+decode_table() {
+    timeout 200 python -m hs_kernels.bench_gpu --decode-only > "$log/bench_decode.log" 2>&1; echo "decode rc $?"
+    grep -E "cuDNN SDPA|S_K=(0|1) S_V=(0|1) slots=3 splits=8 " "$log/bench_decode.log" | cut -c1-170
+}
+case "$1" in
+1)  # the s41 review (6012dc0) on a GPU: the CUDA prefill suite (the rescue's head tile) and the compression suite;
+    # the prefill table with its rows alternating with cuDNN (never run before)
+    suites tests/test_kernels_gpu_cuda_prefill.py tests/test_kernels_gpu_compress.py
+    prefill_table ;;
+2)  # the decode table with its rows alternating with cuDNN at the default launch (never run before)
+    decode_table ;;
+*) echo "usage: run.sh 1..2" >&2; exit 2 ;;
+esac
