@@ -9,8 +9,8 @@ metadata, index maps); GB/s against the 4.3 TB/s copy ceiling. Compression: K an
 x 8 KV heads (Triton, and TileLang where installed; a loss-only pass as serving's first pass), against
 cuDNN causal prefill of the same 32K tokens.
 Timing: triton.testing.do_bench (median), inputs far larger than L2; the CUDA decode at its default launch also
-alternating with cuDNN call by call (``timing.alternating``), its ratio against cuDNN in the same turns (one
-power state for both: kernels/BENCHMARKS.md, forty-first session).
+alternating with cuDNN call by call (``timing.alternating``, queued: no sync between calls), its ratio against
+cuDNN in the same turns (one power state for both: kernels/BENCHMARKS.md, forty-first session).
 """
 
 import argparse
@@ -183,7 +183,8 @@ def decode_rows(rows, gen, b, ctx, quick):
                                  nbytes / ms / 1e6, base / ms))
                 if slots == cuda_decode.DEFAULT_SLOTS:  # at one clock: ratio against cuDNN in the same turns
                     c, ms = alternating(cudnn, lambda: gpu.cuda_decode(q, k_pool, v_pool, k_index, v_index, sl, scale,
-                                                                       cuda_default, slots=slots), iters=200)
+                                                                       cuda_default, slots=slots), iters=200,
+                                         queued=True)
                     rows.append((f"decode B={b} {ctx // 1024}K", f"ours CUDA mma.sp S_K={s_k} S_V={s_v} splits="
                                  f"{cuda_default}, alternating with cuDNN ({c:.4f} ms)", ms, nbytes / ms / 1e6, c / ms))
             if (s_k, s_v) == (1, 1):  # the product entry point: host-side checks and dispatch included

@@ -10,15 +10,32 @@ def timeit(fn, iters: int = 20, warmup: int = 3) -> float:
     return alternating(fn, iters=iters, warmup=warmup)[0]
 
 
-def alternating(*fns, iters: int = 20, warmup: int = 3) -> list[float]:
-    """Median ms of each of ``fns``, which take turns call by call (``per_call``) after ``warmup`` turns: so that they
-    run in one power state (run apart under the H100's 700 W cap, the 2:4 prefill held ~15 % higher clocks than cuDNN,
-    kernels/BENCHMARKS.md, forty-first session)."""
+def alternating(*fns, iters: int = 20, warmup: int = 3, queued: bool = False) -> list[float]:
+    """Median ms of each of ``fns``, which take turns call by call after ``warmup`` turns: so that they run in one
+    power state (run apart under the H100's 700 W cap, the 2:4 prefill held ~15 % higher clocks than cuDNN,
+    kernels/BENCHMARKS.md, forty-first session). Each call timed alone with a sync after it (``per_call``), or,
+    ``queued``, all queued back to back between their events with one sync at the end (``queued_turns``: kernels too
+    short to hide their launch behind a sync, and calls that make no host sync)."""
     for _ in range(warmup):
         for fn in fns:
             fn()
-    times = [sorted(ms for ms, *_ in calls) for calls in per_call(*fns, calls=iters)]
-    return [t[len(t) // 2] for t in times]
+    times = queued_turns(*fns, calls=iters) if queued else [[ms for ms, *_ in c] for c in per_call(*fns, calls=iters)]
+    return [sorted(t)[len(t) // 2] for t in times]
+
+
+def queued_turns(*fns, calls: int) -> list[list[float]]:
+    """Ms of each call of each of ``fns``, which take turns call by call, queued on the stream back to back, each
+    between its own pair of CUDA events, one sync at the end: the GPU's time per call where the host stays ahead."""
+    events = [[(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(calls)]
+              for _ in fns]
+    torch.cuda.synchronize()
+    for i in range(calls):
+        for fn, pairs in zip(fns, events):
+            pairs[i][0].record()
+            fn()
+            pairs[i][1].record()
+    torch.cuda.synchronize()
+    return [[start.elapsed_time(end) for start, end in pairs] for pairs in events]
 
 
 def per_call(*fns, calls: int, pause: float = 0.0, extra=tuple) -> list[list[tuple]]:

@@ -16,9 +16,9 @@ decode_table() {
     grep -E "cuDNN SDPA|S_K=(0|1) S_V=(0|1) slots=3 splits=8 " "$log/bench_decode.log" | cut -c1-170
 }
 case "$1" in
-1)  # the s41 review (6012dc0) on a GPU: the CUDA prefill suite (the rescue's head tile) and the compression suite;
+1)  # the s41 review (6012dc0) on a GPU: the CUDA prefill suite (the rescue's head tile), the compression and timing suites;
     # the prefill table with its rows alternating with cuDNN (never run before)
-    suites tests/test_kernels_gpu_cuda_prefill.py tests/test_kernels_gpu_compress.py
+    suites tests/test_kernels_gpu_cuda_prefill.py tests/test_kernels_gpu_compress.py tests/test_kernels_gpu_timing.py
     prefill_table ;;
 2)  # the decode table with its rows alternating with cuDNN at the default launch (never run before)
     decode_table ;;
