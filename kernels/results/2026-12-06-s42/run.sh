@@ -24,5 +24,10 @@ case "$1" in
     # prefill's entry point spends its 0.4 ms over the launch
     decode_table
     timeout 150 python kernels/probes/prefill_entry_cost.py 2>&1 | tee "$log/entry_cost.log" | grep "^|" ;;
-*) echo "usage: run.sh 1..2" >&2; exit 2 ;;
+3)  # the 2:4 prefill with its keys 2:4 or pruned and stored dense, alternating with cuDNN: at the cap and at a
+    # burst's clocks (Llama-3.1-8B's heads), then SmolLM2's (9 / 3, d 64) and a shorter sequence
+    for a in "--pause 0" "--pause 0.5" "--heads 9:3:64" "--tokens 8192"; do
+        echo "== $a"; timeout 120 python kernels/probes/prefill_dense_keys.py $a 2>&1 | grep -v Warn
+    done 2>&1 | tee "$log/dense_keys.log" ;;
+*) echo "usage: run.sh 1..3" >&2; exit 2 ;;
 esac
