@@ -7,8 +7,8 @@ on the sparse tensor cores (``cuda_decode``) where ``cuda_decode_supported``, el
 ``prefill_attention`` likewise runs the Triton prefill kernel (``triton_prefill``), with a chunk's cached 2:4
 prefix blocks on the CUDA Trans-Both kernel on the sparse tensor cores (``cuda_prefix_prefill``) where that pays.
 ``prefill_compressed_attention`` (the paper's prefill: the chunk's own tiles compressed first) runs the CUDA
-Trans-Both kernel on the sparse tensor cores (``cuda_prefill``) where every tile is 2:4, else the TileLang one
-(``tl_prefill``), else the reference.
+Trans-Both kernel on the sparse tensor cores (``cuda_prefill``) where every tile of V is 2:4 (2:4 keys read pruned,
+stored dense), else the TileLang one (``tl_prefill``), else the reference.
 ``streaming_attention`` (sink + window, the streaming groups) runs ``triton_stream``; ``write_tokens`` (new
 tokens into the pools) ``triton_store``.
 ``compress_magnitude`` is the fused pruner + compressor (Triton
