@@ -12,8 +12,8 @@ is that of the one-shot prefill. "one shot" is the whole sequence as one chunk (
 The kernel variant follows the prefix's entries (K, V: 1 all dense, 2 all sparse, 3 mixed).
 
 CUDA rows (sm_90): the same sequence in one chunk whose tiles are compressed first (``compress_chunk(k, v, S_K, 1)``,
-every V tile 2:4, every K tile 2:4 or none), on wgmma.sp (``gpu.prefill_compressed_attention``), with and without the
-compression's time.
+every V tile 2:4, every K tile 2:4 or none), on wgmma.sp (``gpu.prefill_compressed_attention``, which reads 2:4 keys
+pruned and stored dense), with and without the compression's time.
 
 TileLang rows: one sequence of ``--tokens`` tokens prefilled in one chunk (prefix_len = 0). Shapes
 everywhere: Llama-3.1-8B attention (32 query heads, 8 KV heads, d 128, bf16), causal. Ours: the chunk's own full tiles

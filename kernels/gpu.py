@@ -7,8 +7,8 @@ on the sparse tensor cores (``cuda_decode``) where ``cuda_decode_supported``, el
 ``prefill_attention`` likewise runs the Triton prefill kernel (``triton_prefill``), with a chunk's cached 2:4
 prefix blocks on the CUDA Trans-Both kernel on the sparse tensor cores (``cuda_prefix_prefill``) where that pays.
 ``prefill_compressed_attention`` (the paper's prefill: the chunk's own tiles compressed first) runs the CUDA
-Trans-Both kernel on the sparse tensor cores (``cuda_prefill``) where every tile is 2:4, else the TileLang one
-(``tl_prefill``), else the reference.
+Trans-Both kernel on the sparse tensor cores (``cuda_prefill``) where every tile of V is 2:4 (2:4 keys read pruned,
+stored dense), else the TileLang one (``tl_prefill``), else the reference.
 ``streaming_attention`` (sink + window, the streaming groups) runs ``triton_stream``; ``write_tokens`` (new
 tokens into the pools) ``triton_store``.
 ``compress_magnitude`` is the fused pruner + compressor (Triton
@@ -654,7 +654,8 @@ def prefill_compressed_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
     """The paper's prefill: a chunk without a cached prefix attending causally to itself with its full tiles
     compressed first (``chunk``: ``chunk_blocks.compress_chunk(k, v, s_k, s_v)``). The oracle is the reference
     ``prefill_attention`` on ``chunk_blocks.chunk_as_dense(k, v, chunk)`` with an empty prefix. Runs the sparse tensor
-    cores (``cuda_prefill.attend``) where every tile of V is 2:4, those of K all 2:4 or all dense, and
+    cores (``cuda_prefill.attend``) where every tile of V is 2:4, those of K all 2:4 (given to it pruned by
+    ``prune_tiles`` and stored dense: the chunk's keys where it came from these ``k``) or all dense, and
     ``cuda_prefill.supports`` the queries (bf16 or fp16, head_dim 64 or 128, GQA ratio 1 to 64, sm_90), else the TileLang kernel
     where importable, else the oracle.
     Returns ``out [T, H_q, D]`` (q's dtype) and ``lse [T, H_q]`` (float32)."""
@@ -666,7 +667,9 @@ def prefill_compressed_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
     h_kv = k.shape[1]
     if (_gpu_allowed() and chunk.v_mode == "sparse" and chunk.k_mode in ("sparse", "dense")
             and cp.ready(q, h_kv)):
-        keys = k if chunk.k_mode == "dense" else cp.SparseBlocks(chunk.k_vals, chunk.k_meta, chunk.k_index)
+        # 2:4 keys are read pruned and stored dense (the same scores): S then takes Q from registers, not Q^T from
+        # shared memory, which bounds the kernel (kernels/BENCHMARKS.md, forty-second session)
+        keys = k if chunk.k_mode == "dense" else prune_tiles(k, "k", chunk.k_index < 0)
         values = cp.SparseBlocks(chunk.v_vals, chunk.v_meta, chunk.v_index)
         return cp.attend(q, keys, values, _ref._scale(sm_scale, q), q_pos0=0)
     if tilelang_available() and q.is_cuda:

@@ -215,6 +215,20 @@ def test_compressed_prefill_runs_the_kernel(t, group, s_k, d, dtype, monkeypatch
     assert (lse - r_lse).abs().max().item() < 1e-3 * max(1.0, r_lse.abs().max().item())
 
 
+@pytest.mark.parametrize("d, dtype", [(128, torch.bfloat16), (64, torch.float16)])
+def test_pruned_keys_are_the_compressed_chunks(d, dtype):
+    """The compressed prefill reads a chunk's 2:4 keys as ``prune_tiles`` gives them: bit for bit the decompressed
+    chunk (ties and signed zeros included)."""
+    gen = torch.Generator(device="cuda")
+    gen.seed()
+    k, v = (torch.randn(640, 2, d, generator=gen, device="cuda").to(dtype) for _ in range(2))
+    k[:64, 0, :8] = 0.5  # ties within groups of four
+    k[64:128, 1, :4] = -0.0
+    chunk = compress_chunk(k, v, 1, 1)
+    pruned = gpu.prune_tiles(k, "k", chunk.k_index < 0)
+    assert torch.equal(pruned.view(torch.int16), chunk_as_dense(k, v, chunk)[0].view(torch.int16))
+
+
 @pytest.mark.parametrize("k_kind", ["sparse", "dense"])
 def test_longest_keys_of_the_blocks_read(k_kind):
     """The library's first kernel finds each KV head's longest key among the blocks it reads (the static offsets'

@@ -14,11 +14,10 @@ import argparse
 import statistics
 
 import torch
-from torch.nn.attention import SDPBackend, sdpa_kernel
-from torch.nn.functional import scaled_dot_product_attention as sdpa
+from one_shot import one_shot
 
 from hs_kernels import cuda_prefill, gpu
-from hs_kernels.chunk_blocks import chunk_as_dense, compress_chunk
+from hs_kernels.chunk_blocks import chunk_as_dense
 from hs_kernels.timing import per_call
 
 
@@ -31,25 +30,15 @@ def main() -> None:
     ap.add_argument("--pause", type=float, default=0.0)
     args = ap.parse_args()
     h_q, h_kv, d = map(int, args.heads.split(":"))
-    t = args.tokens
-    torch.manual_seed(0)
-    q = torch.randn(t, h_q, d, device="cuda", dtype=torch.bfloat16)
-    k, v = (torch.randn(t, h_kv, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
-    chunk = compress_chunk(k, v, 1, 1)
-    keys, values = (cuda_prefill.SparseBlocks(*x) for x in ((chunk.k_vals, chunk.k_meta, chunk.k_index),
-                                                             (chunk.v_vals, chunk.v_meta, chunk.v_index)))
+    shot = one_shot(args.tokens, h_q, h_kv, d)
+    q, k, v, keys, values, t = shot.q, shot.k, shot.v, shot.keys, shot.values, args.tokens
     every_tile = torch.ones(h_kv, t // 64, dtype=torch.bool, device="cuda")
     pruned = gpu.prune_tiles(k, "k", every_tile)
-    same_as_compressed = torch.equal(pruned, chunk_as_dense(k, v, chunk)[0])
+    same_as_compressed = torch.equal(pruned, chunk_as_dense(k, v, shot.chunk)[0])
     scale = d ** -0.5
-    qb, kb, vb = (x.transpose(0, 1)[None] for x in (q, k, v))
-
-    def cudnn():
-        with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
-            sdpa(qb, kb, vb, is_causal=True, enable_gqa=True)
 
     variants = {
-        "cuDNN": cudnn,
+        "cuDNN": shot.cudnn,
         "2:4 keys": lambda: cuda_prefill.attend(q, keys, values, scale, 0),
         "pruned dense keys": lambda: cuda_prefill.attend(q, pruned, values, scale, 0),
         "prune_tiles + pruned dense keys": lambda: cuda_prefill.attend(q, gpu.prune_tiles(k, "k", every_tile), values,

@@ -10,9 +10,9 @@ import argparse
 import time
 
 import torch
+from one_shot import one_shot
 
 from hs_kernels import cuda_prefill, gpu
-from hs_kernels.chunk_blocks import compress_chunk
 from hs_kernels.timing import alternating
 
 
@@ -20,14 +20,9 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--calls", type=int, default=30)
     args = ap.parse_args()
-    t = 32768
-    torch.manual_seed(0)
-    q = torch.randn(t, 32, 128, device="cuda", dtype=torch.bfloat16)
-    k, v = (torch.randn(t, 8, 128, device="cuda", dtype=torch.bfloat16) for _ in range(2))
-    chunk = compress_chunk(k, v, 1, 1)
-    keys, values = (cuda_prefill.SparseBlocks(*x) for x in ((chunk.k_vals, chunk.k_meta, chunk.k_index),
-                                                             (chunk.v_vals, chunk.v_meta, chunk.v_index)))
-    out, lse = torch.empty_like(q), torch.empty(t, 32, device="cuda")
+    shot = one_shot()
+    q, keys, values = shot.q, shot.keys, shot.values
+    out, lse = torch.empty_like(q), torch.empty(q.shape[:2], device="cuda")
     scale = 128 ** -0.5
 
     def launch_and_rescue():
@@ -38,7 +33,7 @@ def main() -> None:
         "launch": lambda: cuda_prefill.launch(q, keys, values, scale, 0, out, lse),
         "launch + rescue": launch_and_rescue,
         "attend (+ the host sync)": lambda: cuda_prefill.attend(q, keys, values, scale, 0, out, lse),
-        "prefill_compressed_attention": lambda: gpu.prefill_compressed_attention(q, k, v, chunk),
+        "prefill_compressed_attention": lambda: gpu.prefill_compressed_attention(q, shot.k, shot.v, shot.chunk),
     }
     times = alternating(*variants.values(), iters=args.calls)
     print("| variant | ms per call | over the launch | host ms |\n|---|---|---|---|")

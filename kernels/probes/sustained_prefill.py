@@ -15,11 +15,9 @@ import argparse
 import statistics
 
 import torch
-from torch.nn.attention import SDPBackend, sdpa_kernel
-from torch.nn.functional import scaled_dot_product_attention as sdpa
+from one_shot import one_shot
 
 from hs_kernels import cuda_prefill, gpu
-from hs_kernels.chunk_blocks import compress_chunk
 from hs_kernels.timing import per_call
 
 
@@ -44,28 +42,17 @@ def main() -> None:
     ap.add_argument("--kernel-only", action="store_true", help="ours as cuda_prefill.launch alone")
     ap.add_argument("--pause", type=float, default=0.0, help="seconds idle before each call (a burst's clocks)")
     args = ap.parse_args()
-    t = 32768
-    torch.manual_seed(0)
-    q = torch.randn(t, 32, 128, device="cuda", dtype=torch.bfloat16)
-    k, v = (torch.randn(t, 8, 128, device="cuda", dtype=torch.bfloat16) for _ in range(2))
-    chunk = compress_chunk(k, v, 1, 1)
-    qb, kb, vb = (x.transpose(0, 1)[None] for x in (q, k, v))
-
-    def cudnn():
-        with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
-            sdpa(qb, kb, vb, is_causal=True, enable_gqa=True)
-
-    keys, values = (cuda_prefill.SparseBlocks(*x) for x in ((chunk.k_vals, chunk.k_meta, chunk.k_index),
-                                                             (chunk.v_vals, chunk.v_meta, chunk.v_index)))
+    shot = one_shot()
+    q, t = shot.q, shot.q.shape[0]
     out, lse = torch.empty_like(q), torch.empty(t, 32, device="cuda")
 
     def ours():
         if args.kernel_only:  # the launch alone: no entry-point checks, no rescue, no host sync
-            cuda_prefill.launch(q, keys, values, 128 ** -0.5, 0, out, lse)
+            cuda_prefill.launch(q, shot.keys, shot.values, 128 ** -0.5, 0, out, lse)
         else:
-            gpu.prefill_compressed_attention(q, k, v, chunk)
+            gpu.prefill_compressed_attention(q, shot.k, shot.v, shot.chunk)
 
-    kernels = (("cuDNN", cudnn), ("ours S=1/1", ours))
+    kernels = (("cuDNN", shot.cudnn), ("ours S=1/1", ours))
     if args.interleave:
         print("| round | cuDNN: ms, MHz, W | ours S=1/1: ms, MHz, W | ratio |\n|---|---|---|---|")
         for r in range(args.rounds):

@@ -29,5 +29,12 @@ case "$1" in
     for a in "--pause 0" "--pause 0.5" "--heads 9:3:64" "--tokens 8192"; do
         echo "== $a"; timeout 120 python kernels/probes/prefill_dense_keys.py $a 2>&1 | grep -v Warn
     done 2>&1 | tee "$log/dense_keys.log" ;;
-*) echo "usage: run.sh 1..3" >&2; exit 2 ;;
+4)  # branch s42-dense-keys (the compressed prefill reads 2:4 keys pruned and stored dense): the probe at the cap
+    # (Llama's heads, SmolLM2's), the CUDA prefill GPU suite, the prefill table
+    for a in "--pause 0" "--heads 9:3:64"; do
+        echo "== $a"; timeout 100 python kernels/probes/prefill_dense_keys.py --calls 20 $a 2>&1 | grep -v Warn
+    done 2>&1 | tee "$log/dense_keys.log"
+    suites tests/test_kernels_gpu_cuda_prefill.py
+    prefill_table ;;
+*) echo "usage: run.sh 1..4" >&2; exit 2 ;;
 esac
