@@ -36,5 +36,13 @@ case "$1" in
     done 2>&1 | tee "$log/dense_keys.log"
     suites tests/test_kernels_gpu_cuda_prefill.py
     prefill_table ;;
-*) echo "usage: run.sh 1..4" >&2; exit 2 ;;
+6)  # the merge (a00e9ed): on an H200, the prefill and decode tables first; then the three prefill probes as
+    # refactored onto probes/one_shot.py, briefly
+    if nvidia-smi -L | grep -q H200; then prefill_table; decode_table; fi
+    timeout 60 python kernels/probes/prefill_entry_cost.py --calls 10 2>&1 | grep -v Warn | tee "$log/entry_cost.log"
+    timeout 60 python kernels/probes/prefill_dense_keys.py --calls 10 --tokens 8192 2>&1 | grep -v Warn \
+        | tee "$log/dense_keys.log"
+    timeout 60 python kernels/probes/sustained_prefill.py --interleave --calls 10 --settle 2 --rounds 1 2>&1 \
+        | grep -v Warn | tee "$log/interleaved.log" ;;
+*) echo "usage: run.sh 1..6" >&2; exit 2 ;;
 esac
