@@ -623,19 +623,25 @@ def prefix_splits(layers, prefix_len: int) -> list[PrefixSplit]:
 
 
 def cuda_prefix_prefill(q, k, v, k_pool, v_pool, prefix_len: int, scale: float, split: PrefixSplit,
-                        splits: int | None = None, **options) -> tuple[torch.Tensor, torch.Tensor]:
+                        splits: int | None = None, dense_keys: bool = False,
+                        **options) -> tuple[torch.Tensor, torch.Tensor]:
     """``prefill_attention`` on checked inputs as parts merged by log-sum-exp, by the prefix's ``split``
     (``cuda_prefix_blocks``): its ``sparse`` blocks (2:4 in K and V for every KV head) by the CUDA kernel without a
     mask, in ``splits`` parts (default ``cuda_prefix_splits``), and the chunk after its ``rest`` blocks (ascending; the
-    partial last block, if any, last) by the Triton kernel with ``options``. No host sync: rows that the kernel's static
-    offset may have lost are recomputed on the GPU (``cuda_prefill.rescue``); every row is NaN where an entry of a
-    ``sparse`` block is not a slot of its pool (``cuda_prefix_blocks`` raises there)."""
+    partial last block, if any, last) by the Triton kernel with ``options``. ``dense_keys``: the kernel reads those
+    blocks' keys from a dense copy (``prefix_keys``; one part only), as the one-shot prefill reads its 2:4 keys. No
+    host sync: rows that the kernel's static offset may have lost are recomputed on the GPU (``cuda_prefill.rescue``);
+    every row is NaN where an entry of a ``sparse`` block is not a slot of its pool (``cuda_prefix_blocks`` raises
+    there)."""
     t, h_q, d = q.shape
     h_kv, blocks = split.k_sparse.shape
-    splits = cuda_prefix_splits(t, h_q, h_kv, blocks, q.device, d, q.dtype) if splits is None else splits
+    if dense_keys and splits not in (None, 1):
+        raise ValueError(f"dense keys are read in one part, not {splits}")
+    splits = 1 if dense_keys else cuda_prefix_splits(t, h_q, h_kv, blocks, q.device, d, q.dtype) if splits is None else splits
     part_out = torch.empty(splits + 1, t, h_q, d, dtype=q.dtype, device=q.device)
     part_lse = torch.empty(splits + 1, t, h_q, dtype=torch.float32, device=q.device)
-    keys = cp.SparseBlocks(k_pool.values, k_pool.meta, split.k_sparse)
+    keys = (prefix_keys(k_pool, split.k_sparse) if dense_keys
+            else cp.SparseBlocks(k_pool.values, k_pool.meta, split.k_sparse))
     values = cp.SparseBlocks(v_pool.values, v_pool.meta, split.v_sparse)
     q = q.contiguous()
     # the CUDA part is launched first, the Triton part's host work (much Python) then runs while the GPU is busy
@@ -647,6 +653,28 @@ def cuda_prefix_prefill(q, k, v, k_pool, v_pool, prefix_len: int, scale: float, 
     _merge_splits(part_out.permute(1, 2, 0, 3), part_lse.permute(1, 2, 0), out, lse)  # [t, h_q, part, ...]
     cp.rescue(q, keys, values, work, scale, None, out, lse, other=(part_out[splits], part_lse[splits]))
     return out, lse
+
+
+def prefix_keys(k_pool: BlockPool, k_index: torch.Tensor) -> torch.Tensor:
+    """The keys of the blocks that ``k_index [H_kv, n]`` names in ``k_pool`` (dense or 2:4 entries), dense and
+    token-major as the CUDA prefill reads dense keys: ``[64 n, H_kv, D]``, block ``j`` of head ``h`` at tokens ``64 j
+    ..``, zeros where pruned (``triton_prefill.densify_kernel``, one launch)."""
+    from . import triton_prefill as tp
+    from .triton_blocks import DENSE, SPARSE
+
+    h_kv, n = k_index.shape
+    d = k_pool.head_dim
+    out = torch.empty(BLOCK_SIZE * n, h_kv, d, dtype=k_pool.dtype, device=k_index.device)
+    if not out.numel():
+        return out
+    k_index = k_index.contiguous()
+    pools = _nonempty(k_pool.dense), _nonempty(k_pool.values), _nonempty(k_pool.meta)
+    # V's operands are K's: with V_MODE dense and not ALL the kernel reads and writes none of them; K as a 2:4 or
+    # mixed pool (an all-dense one read as mixed) is copied without ALL
+    tp.densify_kernel[(n, h_kv)](*pools, *pools, k_index, k_index, out, out, n, h_kv * d, d, D=d,
+                                 K_MODE=_pool_kinds(k_pool) | SPARSE, V_MODE=DENSE, PRMT=k_index.is_cuda, ALL=False,
+                                 num_warps=4)
+    return out
 
 
 def prefill_compressed_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, chunk,
@@ -822,7 +850,7 @@ def _densified(k_pool, v_pool, k_index, v_index, used: int, k_mode: int, v_mode:
     tp.densify_kernel[(used, h_kv)](
         _nonempty(k_pool.dense), _nonempty(k_pool.values), _nonempty(k_pool.meta),
         _nonempty(v_pool.dense), _nonempty(v_pool.values), _nonempty(v_pool.meta),
-        k_index.contiguous(), v_index.contiguous(), k_out, v_out, nb, used,
+        k_index.contiguous(), v_index.contiguous(), k_out, v_out, nb, shape[-1], used * BLOCK_SIZE * shape[-1],
         D=k_pool.head_dim, K_MODE=k_mode, V_MODE=v_mode, PRMT=prmt, ALL=every, num_warps=4)
     index = _copy_index(h_kv, nb, used, device)
     out = []
