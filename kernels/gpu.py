@@ -531,6 +531,10 @@ CUDA_PREFIX_LONG_KEYS = 5 << 13
 CUDA_PREFIX_LONG_MIN_PAIRS = 3 << 23
 CUDA_PREFIX_GIVEN_MIN_PAIRS = 64 * CUDA_PREFIX_LONG_KEYS
 CUDA_PREFIX_GIVEN_PAIRS = 3 << 23
+# dense keys (``prefix_keys``) pay once the chunk's query rows per KV head (tokens x GQA ratio) outweigh the copy,
+# which scales with the prefix as the gain does: after a served 32K prefix, Llama's heads, H100, copy included,
+# 4096 tokens 1.022x, 8192 1.038x (forty-second session); 2048 about even by that gain's scaling, so not taken
+CUDA_PREFIX_DENSE_KEYS_MIN_ROWS = 1 << 14
 CUDA_PREFIX_SPLIT_OVERHEAD_BLOCKS = 9  # a CTA's fixed cost (Q, the pipeline's fill, its part's output) in blocks
 
 
@@ -561,6 +565,12 @@ def cuda_prefix_worth(t: int, keys: int, given: bool = False) -> bool:
                 or (keys >= CUDA_PREFIX_LONG_KEYS and pairs >= CUDA_PREFIX_GIVEN_MIN_PAIRS))
     return ((keys >= CUDA_PREFIX_MIN_KEYS and pairs >= CUDA_PREFIX_MIN_PAIRS)
             or (keys >= CUDA_PREFIX_LONG_KEYS and pairs >= CUDA_PREFIX_LONG_MIN_PAIRS))
+
+
+def cuda_prefix_dense_keys(t: int, h_q: int, h_kv: int, splits: int) -> bool:
+    """Whether ``cuda_prefix_prefill`` reads the prefix's 2:4 keys from a dense copy by default: in one part, for
+    ``t`` query tokens of at least ``CUDA_PREFIX_DENSE_KEYS_MIN_ROWS`` query rows per KV head."""
+    return splits == 1 and t * (h_q // h_kv) >= CUDA_PREFIX_DENSE_KEYS_MIN_ROWS
 
 
 def cuda_prefix_splits(t: int, h_q: int, h_kv: int, blocks: int, device: torch.device, head_dim: int = 128,
@@ -623,13 +633,14 @@ def prefix_splits(layers, prefix_len: int) -> list[PrefixSplit]:
 
 
 def cuda_prefix_prefill(q, k, v, k_pool, v_pool, prefix_len: int, scale: float, split: PrefixSplit,
-                        splits: int | None = None, dense_keys: bool = False,
+                        splits: int | None = None, dense_keys: bool | None = None,
                         **options) -> tuple[torch.Tensor, torch.Tensor]:
     """``prefill_attention`` on checked inputs as parts merged by log-sum-exp, by the prefix's ``split``
     (``cuda_prefix_blocks``): its ``sparse`` blocks (2:4 in K and V for every KV head) by the CUDA kernel without a
     mask, in ``splits`` parts (default ``cuda_prefix_splits``), and the chunk after its ``rest`` blocks (ascending; the
     partial last block, if any, last) by the Triton kernel with ``options``. ``dense_keys``: the kernel reads those
-    blocks' keys from a dense copy (``prefix_keys``; one part only), as the one-shot prefill reads its 2:4 keys. No
+    blocks' keys from a dense copy (``prefix_keys``; one part only), as the one-shot prefill reads its 2:4 keys;
+    default ``cuda_prefix_dense_keys``. No
     host sync: rows that the kernel's static offset may have lost are recomputed on the GPU (``cuda_prefill.rescue``);
     every row is NaN where an entry of a ``sparse`` block is not a slot of its pool (``cuda_prefix_blocks`` raises
     there)."""
@@ -637,7 +648,10 @@ def cuda_prefix_prefill(q, k, v, k_pool, v_pool, prefix_len: int, scale: float, 
     h_kv, blocks = split.k_sparse.shape
     if dense_keys and splits not in (None, 1):
         raise ValueError(f"dense keys are read in one part, not {splits}")
-    splits = 1 if dense_keys else cuda_prefix_splits(t, h_q, h_kv, blocks, q.device, d, q.dtype) if splits is None else splits
+    if not dense_keys:
+        splits = cuda_prefix_splits(t, h_q, h_kv, blocks, q.device, d, q.dtype) if splits is None else splits
+        dense_keys = dense_keys is None and cuda_prefix_dense_keys(t, h_q, h_kv, splits)
+    splits = 1 if dense_keys else splits
     part_out = torch.empty(splits + 1, t, h_q, d, dtype=q.dtype, device=q.device)
     part_lse = torch.empty(splits + 1, t, h_q, dtype=torch.float32, device=q.device)
     keys = (prefix_keys(k_pool, split.k_sparse) if dense_keys
@@ -658,7 +672,8 @@ def cuda_prefix_prefill(q, k, v, k_pool, v_pool, prefix_len: int, scale: float, 
 def prefix_keys(k_pool: BlockPool, k_index: torch.Tensor) -> torch.Tensor:
     """The keys of the blocks that ``k_index [H_kv, n]`` names in ``k_pool`` (dense or 2:4 entries), dense and
     token-major as the CUDA prefill reads dense keys: ``[64 n, H_kv, D]``, block ``j`` of head ``h`` at tokens ``64 j
-    ..``, zeros where pruned (``triton_prefill.densify_kernel``, one launch)."""
+    ..``, zeros where pruned (``triton_prefill.densify_kernel``, one launch; transient memory, 64 MB for a 32K prefix
+    of 8 KV heads at d 128 in bf16)."""
     from . import triton_prefill as tp
     from .triton_blocks import DENSE, SPARSE
 
