@@ -692,13 +692,27 @@ def prefix_keys(k_pool: BlockPool, k_index: torch.Tensor) -> torch.Tensor:
     return out
 
 
+# A chunk's 2:4 keys read pruned and stored dense give the same scores, and the kernel's dense-key S takes Q from
+# registers, not Q^T from shared memory, which bounds it; the pruning's launch pays from about this many query rows
+# per KV head: 32K tokens 1.01-1.06x faster with it (32/8 and 9/3 heads), 8K tokens of 32/8 0.89x (H100, calls
+# timed alone; kernels/BENCHMARKS.md, forty-second session)
+COMPRESSED_DENSE_KEYS_MIN_ROWS = 1 << 16
+
+
+def compressed_dense_keys(t: int, h_q: int, h_kv: int) -> bool:
+    """Whether ``prefill_compressed_attention`` gives the kernel a chunk of ``t`` tokens' 2:4 keys pruned and stored
+    dense (``prune_tiles``): from ``COMPRESSED_DENSE_KEYS_MIN_ROWS`` query rows per KV head."""
+    return t * (h_q // h_kv) >= COMPRESSED_DENSE_KEYS_MIN_ROWS
+
+
 def prefill_compressed_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, chunk,
                                  sm_scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The paper's prefill: a chunk without a cached prefix attending causally to itself with its full tiles
     compressed first (``chunk``: ``chunk_blocks.compress_chunk(k, v, s_k, s_v)``). The oracle is the reference
     ``prefill_attention`` on ``chunk_blocks.chunk_as_dense(k, v, chunk)`` with an empty prefix. Runs the sparse tensor
-    cores (``cuda_prefill.attend``) where every tile of V is 2:4, those of K all 2:4 (given to it pruned by
-    ``prune_tiles`` and stored dense: the chunk's keys where it came from these ``k``) or all dense, and
+    cores (``cuda_prefill.attend``) where every tile of V is 2:4, those of K all 2:4 (for long chunks given to it
+    pruned by ``prune_tiles`` and stored dense, ``compressed_dense_keys``: the chunk's keys where it came from these
+    ``k``) or all dense, and
     ``cuda_prefill.supports`` the queries (bf16 or fp16, head_dim 64 or 128, GQA ratio 1 to 64, sm_90), else the TileLang kernel
     where importable, else the oracle.
     Returns ``out [T, H_q, D]`` (q's dtype) and ``lse [T, H_q]`` (float32)."""
@@ -710,9 +724,10 @@ def prefill_compressed_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
     h_kv = k.shape[1]
     if (_gpu_allowed() and chunk.v_mode == "sparse" and chunk.k_mode in ("sparse", "dense")
             and cp.ready(q, h_kv)):
-        # 2:4 keys are read pruned and stored dense (the same scores): S then takes Q from registers, not Q^T from
-        # shared memory, which bounds the kernel (kernels/BENCHMARKS.md, forty-second session)
-        keys = k if chunk.k_mode == "dense" else prune_tiles(k, "k", chunk.k_index < 0)
+        keys = k
+        if chunk.k_mode == "sparse":
+            keys = (prune_tiles(k, "k", chunk.k_index < 0) if compressed_dense_keys(*q.shape[:2], h_kv)
+                    else cp.SparseBlocks(chunk.k_vals, chunk.k_meta, chunk.k_index))
         values = cp.SparseBlocks(chunk.v_vals, chunk.v_meta, chunk.v_index)
         return cp.attend(q, keys, values, _ref._scale(sm_scale, q), q_pos0=0)
     if tilelang_available() and q.is_cuda:
