@@ -22,7 +22,8 @@ for h_kv, d, blocks, p_k in json.loads(sys.argv[2]):
     expected = torch.empty_like(keys)
     for h in range(h_kv):
         for j, e in enumerate(k_index[h].tolist()):
-            block = k_pool.dense[e] if e >= 0 else decompress_blocks(k_pool.values[~e:][:1], k_pool.meta[~e:][:1], "k")[0]
+            block = (k_pool.dense[e] if e >= 0
+                     else decompress_blocks(k_pool.values[~e:][:1], k_pool.meta[~e:][:1], "k")[0])
             expected[64 * j:64 * j + 64, h] = block
     results.append({"shape": list(keys.shape), "equal": torch.equal(keys, expected),
                     "kinds": gpu._pool_kinds(k_pool)})

@@ -31,7 +31,8 @@ def main() -> None:
     split = gpu.cuda_prefix_blocks(k_pool, v_pool, k_index, v_index, args.prefix)
     scale = d ** -0.5
     print(f"prefix {args.prefix} (served), heads {args.heads}; ms per call, alternating\n"
-          "| chunk | 2:4 keys | dense keys, copy included | the copy | x | rel. difference |\n|---|---|---|---|---|---|")
+          "| chunk | 2:4 keys | dense keys, copy included | the copy | x | rel. difference |\n"
+          "|---|---|---|---|---|---|")
     for t in (int(x) for x in args.chunks.split(",")):
         q, k, v = (torch.randn(t, h, d, device="cuda", dtype=torch.bfloat16, generator=gen) for h in (h_q, h_kv, h_kv))
 
