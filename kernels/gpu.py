@@ -531,6 +531,10 @@ CUDA_PREFIX_LONG_KEYS = 5 << 13
 CUDA_PREFIX_LONG_MIN_PAIRS = 3 << 23
 CUDA_PREFIX_GIVEN_MIN_PAIRS = 64 * CUDA_PREFIX_LONG_KEYS
 CUDA_PREFIX_GIVEN_PAIRS = 3 << 23
+# dense keys (``prefix_keys``) pay once the chunk's query rows per KV head (tokens x GQA ratio) outweigh the copy,
+# which scales with the prefix as the gain does: after a served 32K prefix, Llama's heads, H100, copy included,
+# 4096 tokens 1.022x, 8192 1.038x (forty-second session); 2048 about even by that gain's scaling, so not taken
+CUDA_PREFIX_DENSE_KEYS_MIN_ROWS = 1 << 14
 CUDA_PREFIX_SPLIT_OVERHEAD_BLOCKS = 9  # a CTA's fixed cost (Q, the pipeline's fill, its part's output) in blocks
 
 
@@ -561,6 +565,12 @@ def cuda_prefix_worth(t: int, keys: int, given: bool = False) -> bool:
                 or (keys >= CUDA_PREFIX_LONG_KEYS and pairs >= CUDA_PREFIX_GIVEN_MIN_PAIRS))
     return ((keys >= CUDA_PREFIX_MIN_KEYS and pairs >= CUDA_PREFIX_MIN_PAIRS)
             or (keys >= CUDA_PREFIX_LONG_KEYS and pairs >= CUDA_PREFIX_LONG_MIN_PAIRS))
+
+
+def cuda_prefix_dense_keys(t: int, h_q: int, h_kv: int, splits: int) -> bool:
+    """Whether ``cuda_prefix_prefill`` reads the prefix's 2:4 keys from a dense copy by default: in one part, for
+    ``t`` query tokens of at least ``CUDA_PREFIX_DENSE_KEYS_MIN_ROWS`` query rows per KV head."""
+    return splits == 1 and t * (h_q // h_kv) >= CUDA_PREFIX_DENSE_KEYS_MIN_ROWS
 
 
 def cuda_prefix_splits(t: int, h_q: int, h_kv: int, blocks: int, device: torch.device, head_dim: int = 128,
@@ -623,19 +633,29 @@ def prefix_splits(layers, prefix_len: int) -> list[PrefixSplit]:
 
 
 def cuda_prefix_prefill(q, k, v, k_pool, v_pool, prefix_len: int, scale: float, split: PrefixSplit,
-                        splits: int | None = None, **options) -> tuple[torch.Tensor, torch.Tensor]:
+                        splits: int | None = None, dense_keys: bool | None = None,
+                        **options) -> tuple[torch.Tensor, torch.Tensor]:
     """``prefill_attention`` on checked inputs as parts merged by log-sum-exp, by the prefix's ``split``
     (``cuda_prefix_blocks``): its ``sparse`` blocks (2:4 in K and V for every KV head) by the CUDA kernel without a
     mask, in ``splits`` parts (default ``cuda_prefix_splits``), and the chunk after its ``rest`` blocks (ascending; the
-    partial last block, if any, last) by the Triton kernel with ``options``. No host sync: rows that the kernel's static
-    offset may have lost are recomputed on the GPU (``cuda_prefill.rescue``); every row is NaN where an entry of a
-    ``sparse`` block is not a slot of its pool (``cuda_prefix_blocks`` raises there)."""
+    partial last block, if any, last) by the Triton kernel with ``options``. ``dense_keys``: the kernel reads those
+    blocks' keys from a dense copy (``prefix_keys``; one part only), as the one-shot prefill reads its 2:4 keys;
+    default ``cuda_prefix_dense_keys``. No
+    host sync: rows that the kernel's static offset may have lost are recomputed on the GPU (``cuda_prefill.rescue``);
+    every row is NaN where an entry of a ``sparse`` block is not a slot of its pool (``cuda_prefix_blocks`` raises
+    there)."""
     t, h_q, d = q.shape
     h_kv, blocks = split.k_sparse.shape
-    splits = cuda_prefix_splits(t, h_q, h_kv, blocks, q.device, d, q.dtype) if splits is None else splits
+    if dense_keys and splits not in (None, 1):
+        raise ValueError(f"dense keys are read in one part, not {splits}")
+    if not dense_keys:
+        splits = cuda_prefix_splits(t, h_q, h_kv, blocks, q.device, d, q.dtype) if splits is None else splits
+        dense_keys = dense_keys is None and cuda_prefix_dense_keys(t, h_q, h_kv, splits)
+    splits = 1 if dense_keys else splits
     part_out = torch.empty(splits + 1, t, h_q, d, dtype=q.dtype, device=q.device)
     part_lse = torch.empty(splits + 1, t, h_q, dtype=torch.float32, device=q.device)
-    keys = cp.SparseBlocks(k_pool.values, k_pool.meta, split.k_sparse)
+    keys = (prefix_keys(k_pool, split.k_sparse) if dense_keys
+            else cp.SparseBlocks(k_pool.values, k_pool.meta, split.k_sparse))
     values = cp.SparseBlocks(v_pool.values, v_pool.meta, split.v_sparse)
     q = q.contiguous()
     # the CUDA part is launched first, the Triton part's host work (much Python) then runs while the GPU is busy
@@ -649,13 +669,50 @@ def cuda_prefix_prefill(q, k, v, k_pool, v_pool, prefix_len: int, scale: float, 
     return out, lse
 
 
+def prefix_keys(k_pool: BlockPool, k_index: torch.Tensor) -> torch.Tensor:
+    """The keys of the blocks that ``k_index [H_kv, n]`` names in ``k_pool`` (dense or 2:4 entries), dense and
+    token-major as the CUDA prefill reads dense keys: ``[64 n, H_kv, D]``, block ``j`` of head ``h`` at tokens ``64 j
+    ..``, zeros where pruned (``triton_prefill.densify_kernel``, one launch; transient memory, 64 MB for a 32K prefix
+    of 8 KV heads at d 128 in bf16)."""
+    from . import triton_prefill as tp
+    from .triton_blocks import DENSE, SPARSE
+
+    h_kv, n = k_index.shape
+    d = k_pool.head_dim
+    out = torch.empty(BLOCK_SIZE * n, h_kv, d, dtype=k_pool.dtype, device=k_index.device)
+    if not out.numel():
+        return out
+    k_index = k_index.contiguous()
+    pools = _nonempty(k_pool.dense), _nonempty(k_pool.values), _nonempty(k_pool.meta)
+    # V's operands are K's: with V_MODE dense and not ALL the kernel reads and writes none of them; K as a 2:4 or
+    # mixed pool (an all-dense one read as mixed) is copied without ALL
+    tp.densify_kernel[(n, h_kv)](*pools, *pools, k_index, k_index, out, out, n, h_kv * d, d, D=d,
+                                 K_MODE=_pool_kinds(k_pool) | SPARSE, V_MODE=DENSE, PRMT=k_index.is_cuda, ALL=False,
+                                 num_warps=4)
+    return out
+
+
+# A chunk's 2:4 keys read pruned and stored dense give the same scores, and the kernel's dense-key S takes Q from
+# registers, not Q^T from shared memory, which bounds it; the pruning's launch pays from about this many query rows
+# per KV head: 32K tokens 1.01-1.06x faster with it (32/8 and 9/3 heads), 8K tokens of 32/8 0.89x (H100, calls
+# timed alone; kernels/BENCHMARKS.md, forty-second session)
+COMPRESSED_DENSE_KEYS_MIN_ROWS = 1 << 16
+
+
+def compressed_dense_keys(t: int, h_q: int, h_kv: int) -> bool:
+    """Whether ``prefill_compressed_attention`` gives the kernel a chunk of ``t`` tokens' 2:4 keys pruned and stored
+    dense (``prune_tiles``): from ``COMPRESSED_DENSE_KEYS_MIN_ROWS`` query rows per KV head."""
+    return t * (h_q // h_kv) >= COMPRESSED_DENSE_KEYS_MIN_ROWS
+
+
 def prefill_compressed_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, chunk,
                                  sm_scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The paper's prefill: a chunk without a cached prefix attending causally to itself with its full tiles
     compressed first (``chunk``: ``chunk_blocks.compress_chunk(k, v, s_k, s_v)``). The oracle is the reference
     ``prefill_attention`` on ``chunk_blocks.chunk_as_dense(k, v, chunk)`` with an empty prefix. Runs the sparse tensor
-    cores (``cuda_prefill.attend``) where every tile of V is 2:4, those of K all 2:4 (given to it pruned by
-    ``prune_tiles`` and stored dense: the chunk's keys where it came from these ``k``) or all dense, and
+    cores (``cuda_prefill.attend``) where every tile of V is 2:4, those of K all 2:4 (for long chunks given to it
+    pruned by ``prune_tiles`` and stored dense, ``compressed_dense_keys``: the chunk's keys where it came from these
+    ``k``) or all dense, and
     ``cuda_prefill.supports`` the queries (bf16 or fp16, head_dim 64 or 128, GQA ratio 1 to 64, sm_90), else the TileLang kernel
     where importable, else the oracle.
     Returns ``out [T, H_q, D]`` (q's dtype) and ``lse [T, H_q]`` (float32)."""
@@ -667,9 +724,10 @@ def prefill_compressed_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
     h_kv = k.shape[1]
     if (_gpu_allowed() and chunk.v_mode == "sparse" and chunk.k_mode in ("sparse", "dense")
             and cp.ready(q, h_kv)):
-        # 2:4 keys are read pruned and stored dense (the same scores): S then takes Q from registers, not Q^T from
-        # shared memory, which bounds the kernel (kernels/BENCHMARKS.md, forty-second session)
-        keys = k if chunk.k_mode == "dense" else prune_tiles(k, "k", chunk.k_index < 0)
+        keys = k
+        if chunk.k_mode == "sparse":
+            keys = (prune_tiles(k, "k", chunk.k_index < 0) if compressed_dense_keys(*q.shape[:2], h_kv)
+                    else cp.SparseBlocks(chunk.k_vals, chunk.k_meta, chunk.k_index))
         values = cp.SparseBlocks(chunk.v_vals, chunk.v_meta, chunk.v_index)
         return cp.attend(q, keys, values, _ref._scale(sm_scale, q), q_pos0=0)
     if tilelang_available() and q.is_cuda:
@@ -822,7 +880,7 @@ def _densified(k_pool, v_pool, k_index, v_index, used: int, k_mode: int, v_mode:
     tp.densify_kernel[(used, h_kv)](
         _nonempty(k_pool.dense), _nonempty(k_pool.values), _nonempty(k_pool.meta),
         _nonempty(v_pool.dense), _nonempty(v_pool.values), _nonempty(v_pool.meta),
-        k_index.contiguous(), v_index.contiguous(), k_out, v_out, nb, used,
+        k_index.contiguous(), v_index.contiguous(), k_out, v_out, nb, shape[-1], used * BLOCK_SIZE * shape[-1],
         D=k_pool.head_dim, K_MODE=k_mode, V_MODE=v_mode, PRMT=prmt, ALL=every, num_warps=4)
     index = _copy_index(h_kv, nb, used, device)
     out = []

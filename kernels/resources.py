@@ -192,8 +192,9 @@ def variants() -> list[Variant]:
             out.append(prefill("K1 V1 prefix 128", long_n, True, K_MODE=1, V_MODE=1, PREFIX_N=128))
         densify_types = {**dict.fromkeys(("k_dense", "k_vals", "v_dense", "v_vals", "k_out", "v_out"), "*bf16"),
                          "k_meta": "*i16", "v_meta": "*i16", "k_index": "*i32", "v_index": "*i32",
-                         "nb": "i32", "used": "i32"}
-        for k_mode, v_mode in ((1, 2), (2, 2), (3, 3)):  # launched only when an operand has 2:4 blocks
+                         "nb": "i32", "tok_stride": "i32", "head_stride": "i32"}
+        # launched only when an operand has 2:4 blocks; (2, 1), (3, 1): a prefix's keys alone (gpu.prefix_keys)
+        for k_mode, v_mode in ((1, 2), (2, 2), (3, 3), (2, 1), (3, 1)):
             out.append(Variant(f"densify d{d} K{k_mode} V{v_mode}", "triton_prefill", "densify_kernel", densify_types,
                                dict(D=d, K_MODE=k_mode, V_MODE=v_mode, PRMT=True, ALL=False), 4))
         if gpu.prefill_prefix_n(prefill_rows) == 128:  # under TMA every operand is copied, in the pools' kinds

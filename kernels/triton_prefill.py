@@ -170,18 +170,19 @@ def prefill_kernel(q_ptr, k_ptr, v_ptr, k_dense, k_vals, k_meta, v_dense, v_vals
     tl.store(lse_ptr + row, (m_i + tl.log2(l_i)) * _LN2, mask=valid)
 
 
-@triton.jit(do_not_specialize=["nb", "used"])  # one compile per variant, not per prefix length
-def densify_kernel(k_dense, k_vals, k_meta, v_dense, v_vals, v_meta, k_index, v_index, k_out, v_out, nb, used,
-                   D: tl.constexpr, K_MODE: tl.constexpr, V_MODE: tl.constexpr, PRMT: tl.constexpr,
-                   ALL: tl.constexpr):
+@triton.jit(do_not_specialize=["nb", "head_stride"])  # one compile per variant, not per prefix length
+def densify_kernel(k_dense, k_vals, k_meta, v_dense, v_vals, v_meta, k_index, v_index, k_out, v_out, nb,
+                   tok_stride, head_stride, D: tl.constexpr, K_MODE: tl.constexpr, V_MODE: tl.constexpr,
+                   PRMT: tl.constexpr, ALL: tl.constexpr):
     """Program ``(block j, KV head h)``: the blocks of entries ``k_index[h, j]`` / ``v_index[h, j]``,
-    token-major, into dense slot ``h * used + j`` of ``k_out`` / ``v_out`` (rows as stored, stale
-    ones included: the prefill masks them). An operand whose entries are all dense is copied only
-    with ``ALL``."""
+    token-major, into ``k_out`` / ``v_out`` as tokens ``64 j ..`` of head ``h``: element ``c`` of token ``i`` at
+    ``h head_stride + i tok_stride + c`` (rows as stored, stale ones included: the prefill masks them). An operand
+    whose entries are all dense is copied only with ``ALL``."""
     j = tl.program_id(0)
     h = tl.program_id(1)
     dense_off, dense_t_off, kv_off, km_off, vv_off, vm_off = slot_offsets(D)
-    dst = (h * used + j).to(tl.int64) * (BS * D) + dense_off
+    tok = (j * BS + tl.arange(0, BS)).to(tl.int64)
+    dst = h.to(tl.int64) * head_stride + tok[:, None] * tok_stride + tl.arange(0, D)[None, :]
     if ALL or K_MODE != _DENSE:
         ke = tl.load(k_index + h.to(tl.int64) * nb + j)
         k = load_block(k_dense, k_vals.to(tl.pointer_type(tl.int32)), k_meta.to(tl.pointer_type(tl.int32)), ke,

@@ -222,6 +222,22 @@ def test_prefix_blocks_split_by_kind():
     assert together == alone and together[0] != together[1]
 
 
+def test_compressed_prefill_reads_dense_keys_from_enough_rows():
+    """``gpu.compressed_dense_keys``: a chunk's 2:4 keys read pruned and stored dense from 2^16 query rows per KV head
+    (16384 tokens at 32 / 8 heads, 21846 at 9 / 3)."""
+    dense = gpu.compressed_dense_keys
+    assert dense(16384, 32, 8) and not dense(16383, 32, 8) and not dense(8192, 32, 8)
+    assert dense(21846, 9, 3) and not dense(21845, 9, 3)
+
+
+def test_dense_prefix_keys_from_enough_rows_in_one_part():
+    """``gpu.cuda_prefix_dense_keys``: a prefix's keys read dense by default for 2^14 query rows per KV head (4096
+    tokens of Llama-3.1-8B's 4 query heads per KV head, 5462 of SmolLM2's 3), in one part only."""
+    dense = gpu.cuda_prefix_dense_keys
+    assert dense(4096, 32, 8, 1) and not dense(4095, 32, 8, 1) and not dense(8192, 32, 8, 2)
+    assert dense(5462, 9, 3, 1) and not dense(5461, 9, 3, 1) and not dense(16383, 8, 8, 1)
+
+
 def test_auto_rule_takes_long_prefixes_from_fewer_pairs():
     """``gpu.cuda_prefix_worth``: 2^27 query x key pairs from 2^14 keys, or 3 x 2^23 from 40960 keys (a served 64K
     prefix's 65216 2:4 keys from 386 tokens, 128K's from 193); with a given split 3 x 2^23 from 2^14 keys (a served 32K

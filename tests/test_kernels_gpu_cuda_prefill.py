@@ -215,6 +215,27 @@ def test_compressed_prefill_runs_the_kernel(t, group, s_k, d, dtype, monkeypatch
     assert (lse - r_lse).abs().max().item() < 1e-3 * max(1.0, r_lse.abs().max().item())
 
 
+@pytest.mark.parametrize("t, group, d, dtype", [(2048, 4, 128, torch.bfloat16), (640, 3, 64, torch.float16)])
+def test_compressed_prefill_with_dense_keys(t, group, d, dtype, monkeypatch):
+    """A chunk's 2:4 keys given to the kernel pruned and stored dense (``gpu.compressed_dense_keys``, here for any
+    length): the same result as the oracle on the compressed chunk."""
+    monkeypatch.setattr(gpu, "COMPRESSED_DENSE_KEYS_MIN_ROWS", 0)
+    pruned = []
+    prune = gpu.prune_tiles
+    monkeypatch.setattr(gpu, "prune_tiles", lambda *a: pruned.append(1) or prune(*a))
+    gen = torch.Generator(device="cuda")
+    gen.seed()
+    q, k, v = (torch.randn(t, h, d, generator=gen, device="cuda").to(dtype) for h in (2 * group, 2, 2))
+    chunk = compress_chunk(k, v, 1, 1)
+    out, lse = gpu.prefill_compressed_attention(q, k, v, chunk)
+    assert pruned == [1]
+    pools = [BlockPool.allocate(op, d, 0, 0, q.dtype, "cuda") for op in ("k", "v")]
+    empty = torch.zeros(2, 1, dtype=torch.int32, device="cuda")
+    r_out, r_lse = ref.prefill_attention(q, *chunk_as_dense(k, v, chunk), *pools, empty, empty, 0)
+    assert rel_err(out.float(), r_out.float()) < 1e-2
+    assert (lse - r_lse).abs().max().item() < 1e-3 * max(1.0, r_lse.abs().max().item())
+
+
 @pytest.mark.parametrize("d, dtype", [(128, torch.bfloat16), (64, torch.float16)])
 def test_pruned_keys_are_the_compressed_chunks(d, dtype):
     """The compressed prefill reads a chunk's 2:4 keys as ``prune_tiles`` gives them: bit for bit the decompressed

@@ -138,11 +138,11 @@ def test_short_chunks_split_the_prefix_long_ones_do_not():
     assert gpu.cuda_prefix_splits(256, 32, 8, 3, torch.device("cuda")) <= 3
 
 
-def split_prefix_matches_the_reference(inputs, prefix_len, splits):
+def split_prefix_matches_the_reference(inputs, prefix_len, splits, dense_keys=False):
     k_pool, v_pool, k_index, v_index, q, k, v, scale = inputs
     out, lse = gpu.cuda_prefix_prefill(q, k, v, k_pool, v_pool, prefix_len, scale,
                                        gpu.cuda_prefix_blocks(k_pool, v_pool, k_index, v_index, prefix_len),
-                                       splits=splits)
+                                       splits=splits, dense_keys=dense_keys)
     o_ref, l_ref = ref.prefill_attention(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len, scale)
     assert not out.isnan().any() and rel_err(out, o_ref) < 1e-2
     assert (lse - l_ref).abs().max().item() < 1e-2 * max(1.0, l_ref.abs().max().item())
@@ -169,8 +169,24 @@ def test_split_prefix_matches_the_reference(splits, monkeypatch):
     assert [c.item() for c in counts] == [0]
 
 
-@pytest.mark.parametrize("splits", [1, 3])
-def test_rows_whose_exponentials_underflow_are_recomputed(splits, monkeypatch):
+@pytest.mark.parametrize("case, dtype", [((32, 8, 300, 3000, 1.0, 1.0, 128), torch.bfloat16),
+                                         ((8, 2, 77, 2000, 1.0, 0.5, 128), torch.bfloat16),
+                                         ((9, 3, 200, 2000, 1.0, 1.0, 64), torch.bfloat16),
+                                         ((28, 4, 150, 3000, 1.0, 1.0, 128), torch.float16)])
+def test_dense_keys_match_the_reference(case, dtype, monkeypatch):
+    """``dense_keys``: the 2:4 blocks' keys read from a dense copy (``gpu.prefix_keys``), in one part; no row is
+    recomputed on ordinary inputs; more parts are refused."""
+    counts = recording_rescues(monkeypatch)
+    h_q, h_kv, t, prefix_len, p_k, p_v, d = case
+    inputs = prefill_inputs(h_q, h_kv, d, dtype, t, prefix_len, p_k, p_v)
+    split_prefix_matches_the_reference(inputs, prefix_len, None, dense_keys=True)
+    assert [c.item() for c in counts] == [0]
+    with pytest.raises(ValueError, match="one part"):
+        split_prefix_matches_the_reference(inputs, prefix_len, 2, dense_keys=True)
+
+
+@pytest.mark.parametrize("splits, dense_keys", [(1, False), (3, False), (1, True)])
+def test_rows_whose_exponentials_underflow_are_recomputed(splits, dense_keys, monkeypatch):
     """A key a thousand times longer than the others, orthogonal to KV head 0's queries, sets their static offset
     some 1400 (log2) above every score: the kernel's exponentials all flush to zero there, and those rows (and only
     those) get their CUDA part again, on the GPU, with no host sync."""
@@ -183,8 +199,8 @@ def test_rows_whose_exponentials_underflow_are_recomputed(splits, monkeypatch):
     q[:, :4, :4] = 0  # KV head 0's query heads
     blocks = gpu.cuda_prefix_blocks(*inputs[:4], 2048)  # the call's one host sync
     run = lambda: gpu.cuda_prefix_prefill(*inputs[4:7], *inputs[:2], 2048, inputs[7], blocks,  # noqa: E731
-                                          splits=splits)
-    split_prefix_matches_the_reference(inputs, 2048, splits)  # compiled, and right
+                                          splits=splits, dense_keys=dense_keys)
+    split_prefix_matches_the_reference(inputs, 2048, splits, dense_keys)  # compiled, and right
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:

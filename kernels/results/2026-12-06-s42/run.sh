@@ -44,5 +44,13 @@ case "$1" in
         | tee "$log/dense_keys.log"
     timeout 60 python kernels/probes/sustained_prefill.py --interleave --calls 10 --settle 2 --rounds 1 2>&1 \
         | grep -v Warn | tee "$log/interleaved.log" ;;
-*) echo "usage: run.sh 1..6" >&2; exit 2 ;;
+7)  # branch s42-prefix-dense-keys (a served prefix's 2:4 keys read from a dense copy, gpu.prefix_keys; densify_kernel
+    # with output strides): its GPU tests, the probe, and one refactored prefill probe, briefly
+    timeout 150 python -m pytest -q -m gpu tests/test_kernels_gpu_cuda_prefix.py -k "dense_keys or underflow" 2>&1 \
+        | tee "$log/tests.log" | tail -3
+    timeout 60 python kernels/probes/prefix_dense_keys.py --chunks 4096,8192 2>&1 | grep -v Warn \
+        | tee "$log/prefix_dense_keys.log"
+    timeout 40 python kernels/probes/prefill_dense_keys.py --calls 10 --tokens 8192 2>&1 | grep -v Warn \
+        | tee "$log/dense_keys.log" ;;
+*) echo "usage: run.sh 1..7" >&2; exit 2 ;;
 esac
