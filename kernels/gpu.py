@@ -640,10 +640,9 @@ def cuda_prefix_prefill(q, k, v, k_pool, v_pool, prefix_len: int, scale: float, 
     mask, in ``splits`` parts (default ``cuda_prefix_splits``), and the chunk after its ``rest`` blocks (ascending; the
     partial last block, if any, last) by the Triton kernel with ``options``. ``dense_keys``: the kernel reads those
     blocks' keys from a dense copy (``prefix_keys``; one part only), as the one-shot prefill reads its 2:4 keys;
-    default ``cuda_prefix_dense_keys``. No
-    host sync: rows that the kernel's static offset may have lost are recomputed on the GPU (``cuda_prefill.rescue``);
-    every row is NaN where an entry of a ``sparse`` block is not a slot of its pool (``cuda_prefix_blocks`` raises
-    there)."""
+    default ``cuda_prefix_dense_keys``. No host sync: rows that the kernel's static offset may have lost are recomputed
+    on the GPU (``cuda_prefill.rescue``); every row is NaN where an entry of a ``sparse`` block is not a slot of its
+    pool (``cuda_prefix_blocks`` raises there)."""
     t, h_q, d = q.shape
     h_kv, blocks = split.k_sparse.shape
     if dense_keys and splits not in (None, 1):
