@@ -645,11 +645,12 @@ def cuda_prefix_prefill(q, k, v, k_pool, v_pool, prefix_len: int, scale: float, 
     pool (``cuda_prefix_blocks`` raises there)."""
     t, h_q, d = q.shape
     h_kv, blocks = split.k_sparse.shape
+    if splits is None and not dense_keys:
+        splits = cuda_prefix_splits(t, h_q, h_kv, blocks, q.device, d, q.dtype)
+    if dense_keys is None:
+        dense_keys = cuda_prefix_dense_keys(t, h_q, h_kv, splits)
     if dense_keys and splits not in (None, 1):
         raise ValueError(f"dense keys are read in one part, not {splits}")
-    if not dense_keys:
-        splits = cuda_prefix_splits(t, h_q, h_kv, blocks, q.device, d, q.dtype) if splits is None else splits
-        dense_keys = dense_keys is None and cuda_prefix_dense_keys(t, h_q, h_kv, splits)
     splits = 1 if dense_keys else splits
     part_out = torch.empty(splits + 1, t, h_q, d, dtype=q.dtype, device=q.device)
     part_lse = torch.empty(splits + 1, t, h_q, dtype=torch.float32, device=q.device)

@@ -17,6 +17,7 @@ import torch
 from one_shot import one_shot
 
 from hs_kernels import cuda_prefill, gpu
+from hs_kernels.bench_gpu import rel_err
 from hs_kernels.chunk_blocks import chunk_as_dense
 from hs_kernels.timing import per_call
 
@@ -45,7 +46,7 @@ def main() -> None:
                                                                        scale, 0),
     }
     a, b = variants["2:4 keys"](), variants["pruned dense keys"]()
-    diff = ((a[0].float() - b[0].float()).norm() / a[0].float().norm()).item()
+    diff = rel_err(b[0], a[0])
     for fn in variants.values():
         fn()
     samples = [[ms for ms, *_ in x[args.settle:]] for x in per_call(*variants.values(), calls=args.calls,
