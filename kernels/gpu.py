@@ -693,16 +693,24 @@ def prefix_keys(k_pool: BlockPool, k_index: torch.Tensor) -> torch.Tensor:
 
 
 # A chunk's 2:4 keys read pruned and stored dense give the same scores, and the kernel's dense-key S takes Q from
-# registers, not Q^T from shared memory, which bounds it; the pruning's launch pays from about this many query rows
+# registers, not Q^T from shared memory, which bounds it; the copy's launch pays from about this many query rows
 # per KV head: 32K tokens 1.01-1.06x faster with it (32/8 and 9/3 heads), 8K tokens of 32/8 0.89x (H100, calls
-# timed alone; kernels/BENCHMARKS.md, forty-second session)
+# timed alone, the copy then by ``prune_tiles``; kernels/BENCHMARKS.md, forty-second session)
 COMPRESSED_DENSE_KEYS_MIN_ROWS = 1 << 16
 
 
 def compressed_dense_keys(t: int, h_q: int, h_kv: int) -> bool:
-    """Whether ``prefill_compressed_attention`` gives the kernel a chunk of ``t`` tokens' 2:4 keys pruned and stored
-    dense (``prune_tiles``): from ``COMPRESSED_DENSE_KEYS_MIN_ROWS`` query rows per KV head."""
+    """Whether ``prefill_compressed_attention`` gives the kernel a chunk of ``t`` tokens' 2:4 keys decompressed and
+    stored dense (``chunk_keys``): from ``COMPRESSED_DENSE_KEYS_MIN_ROWS`` query rows per KV head."""
     return t * (h_q // h_kv) >= COMPRESSED_DENSE_KEYS_MIN_ROWS
+
+
+def chunk_keys(chunk) -> torch.Tensor:
+    """The keys of a chunk whose full tiles are all 2:4 (``chunk.k_mode == "sparse"``), decompressed from the chunk
+    itself and stored dense, zeros where pruned: ``[T, H_kv, D]`` (``prefix_keys`` over the chunk's 2:4 slots)."""
+    d = chunk.k_vals.shape[-1] * 2
+    pool = BlockPool("k", chunk.k_vals.new_empty(0, BLOCK_SIZE, d), chunk.k_vals, chunk.k_meta)
+    return prefix_keys(pool, chunk.k_index)
 
 
 def prefill_compressed_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, chunk,
@@ -711,10 +719,9 @@ def prefill_compressed_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
     compressed first (``chunk``: ``chunk_blocks.compress_chunk(k, v, s_k, s_v)``). The oracle is the reference
     ``prefill_attention`` on ``chunk_blocks.chunk_as_dense(k, v, chunk)`` with an empty prefix. Runs the sparse tensor
     cores (``cuda_prefill.attend``) where every tile of V is 2:4, those of K all 2:4 (for long chunks given to it
-    pruned by ``prune_tiles`` and stored dense, ``compressed_dense_keys``: the chunk's keys where it came from these
-    ``k``) or all dense, and
-    ``cuda_prefill.supports`` the queries (bf16 or fp16, head_dim 64 or 128, GQA ratio 1 to 64, sm_90), else the TileLang kernel
-    where importable, else the oracle.
+    decompressed and stored dense, ``compressed_dense_keys``, ``chunk_keys``) or all dense, and ``cuda_prefill.supports``
+    the queries (bf16 or fp16, head_dim 64 or 128, GQA ratio 1 to 64, sm_90), else the TileLang kernel where
+    importable, else the oracle.
     Returns ``out [T, H_q, D]`` (q's dtype) and ``lse [T, H_q]`` (float32)."""
     from .chunk_blocks import chunk_as_dense
 
@@ -726,7 +733,7 @@ def prefill_compressed_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
             and cp.ready(q, h_kv)):
         keys = k
         if chunk.k_mode == "sparse":
-            keys = (prune_tiles(k, "k", chunk.k_index < 0) if compressed_dense_keys(*q.shape[:2], h_kv)
+            keys = (chunk_keys(chunk) if compressed_dense_keys(*q.shape[:2], h_kv)
                     else cp.SparseBlocks(chunk.k_vals, chunk.k_meta, chunk.k_index))
         values = cp.SparseBlocks(chunk.v_vals, chunk.v_meta, chunk.v_index)
         return cp.attend(q, keys, values, _ref._scale(sm_scale, q), q_pos0=0)

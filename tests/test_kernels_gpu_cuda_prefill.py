@@ -217,18 +217,18 @@ def test_compressed_prefill_runs_the_kernel(t, group, s_k, d, dtype, monkeypatch
 
 @pytest.mark.parametrize("t, group, d, dtype", [(2048, 4, 128, torch.bfloat16), (640, 3, 64, torch.float16)])
 def test_compressed_prefill_with_dense_keys(t, group, d, dtype, monkeypatch):
-    """A chunk's 2:4 keys given to the kernel pruned and stored dense (``gpu.compressed_dense_keys``, here for any
-    length): the same result as the oracle on the compressed chunk."""
+    """A chunk's 2:4 keys given to the kernel decompressed and stored dense (``gpu.compressed_dense_keys``, here for
+    any length): the same result as the oracle on the compressed chunk."""
     monkeypatch.setattr(gpu, "COMPRESSED_DENSE_KEYS_MIN_ROWS", 0)
-    pruned = []
-    prune = gpu.prune_tiles
-    monkeypatch.setattr(gpu, "prune_tiles", lambda *a: pruned.append(1) or prune(*a))
+    copied = []
+    chunk_keys = gpu.chunk_keys
+    monkeypatch.setattr(gpu, "chunk_keys", lambda c: copied.append(1) or chunk_keys(c))
     gen = torch.Generator(device="cuda")
     gen.seed()
     q, k, v = (torch.randn(t, h, d, generator=gen, device="cuda").to(dtype) for h in (2 * group, 2, 2))
     chunk = compress_chunk(k, v, 1, 1)
     out, lse = gpu.prefill_compressed_attention(q, k, v, chunk)
-    assert pruned == [1]
+    assert copied == [1]
     pools = [BlockPool.allocate(op, d, 0, 0, q.dtype, "cuda") for op in ("k", "v")]
     empty = torch.zeros(2, 1, dtype=torch.int32, device="cuda")
     r_out, r_lse = ref.prefill_attention(q, *chunk_as_dense(k, v, chunk), *pools, empty, empty, 0)
@@ -237,8 +237,8 @@ def test_compressed_prefill_with_dense_keys(t, group, d, dtype, monkeypatch):
 
 
 @pytest.mark.parametrize("d, dtype", [(128, torch.bfloat16), (64, torch.float16)])
-def test_pruned_keys_are_the_compressed_chunks(d, dtype):
-    """The compressed prefill reads a chunk's 2:4 keys as ``prune_tiles`` gives them: bit for bit the decompressed
+def test_chunk_keys_are_the_compressed_chunks(d, dtype):
+    """The compressed prefill reads a chunk's 2:4 keys as ``gpu.chunk_keys`` gives them: bit for bit the decompressed
     chunk (ties and signed zeros included)."""
     gen = torch.Generator(device="cuda")
     gen.seed()
@@ -246,8 +246,7 @@ def test_pruned_keys_are_the_compressed_chunks(d, dtype):
     k[:64, 0, :8] = 0.5  # ties within groups of four
     k[64:128, 1, :4] = -0.0
     chunk = compress_chunk(k, v, 1, 1)
-    pruned = gpu.prune_tiles(k, "k", chunk.k_index < 0)
-    assert torch.equal(pruned.view(torch.int16), chunk_as_dense(k, v, chunk)[0].view(torch.int16))
+    assert torch.equal(gpu.chunk_keys(chunk).view(torch.int16), chunk_as_dense(k, v, chunk)[0].view(torch.int16))
 
 
 @pytest.mark.parametrize("k_kind", ["sparse", "dense"])

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The forty-third session's device calls, from the repository root: bash kernels/results/2026-12-06-s43/run.sh N
+set -o pipefail
+source scripts/device_env.sh
+export HS_KERNELS_CACHE=/tmp/hsk
+nvidia-smi -L
+log=$OUT/s43; mkdir -p "$log"
+case "$1" in
+1)  # the s42 merge (169133c) and review (7a60fa6) with a chunk's keys decompressed from the chunk (gpu.chunk_keys):
+    # the CUDA prefix, CUDA prefill and Triton prefill GPU suites; the one shot's key forms at 8K, 16K and 32K
+    timeout 360 python -m pytest -q -m gpu tests/test_kernels_gpu_cuda_prefix.py tests/test_kernels_gpu_cuda_prefill.py \
+        tests/test_kernels_gpu_triton_prefill.py 2>&1 | tee "$log/tests.log" | tail -3
+    timeout 150 python kernels/probes/prefill_dense_keys.py --calls 20 --tokens 8192,16384,32768 2>&1 | grep -v Warn \
+        | tee "$log/dense_keys.log" ;;
+2)  # the prefill table (its rows alternating with cuDNN); a served prefix's dense keys after 32K; the decode table
+    timeout 240 python -m hs_kernels.bench_prefill --no-tilelang --triton-configs '' --question 0 \
+        > "$log/bench_prefill.log" 2>&1; echo "bench_prefill rc $?"
+    grep -E "^\| (cuDNN|ours|  the same)" "$log/bench_prefill.log"
+    timeout 100 python kernels/probes/prefix_dense_keys.py 2>&1 | grep -v Warn | tee "$log/prefix_dense_keys.log"
+    timeout 200 python -m hs_kernels.bench_gpu --decode-only > "$log/bench_decode.log" 2>&1; echo "decode rc $?"
+    grep -E "cuDNN SDPA|S_K=(0|1) S_V=(0|1) slots=3 splits=8 " "$log/bench_decode.log" | cut -c1-170 ;;
+*) echo "usage: run.sh 1..2" >&2; exit 2 ;;
+esac
