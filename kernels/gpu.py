@@ -692,10 +692,11 @@ def prefix_keys(k_pool: BlockPool, k_index: torch.Tensor) -> torch.Tensor:
     return out
 
 
-# A chunk's 2:4 keys read pruned and stored dense give the same scores, and the kernel's dense-key S takes Q from
-# registers, not Q^T from shared memory, which bounds it; the copy's launch pays from about this many query rows
-# per KV head: 32K tokens 1.01-1.06x faster with it (32/8 and 9/3 heads), 8K tokens of 32/8 0.89x (H100, calls
-# timed alone, the copy then by ``prune_tiles``; kernels/BENCHMARKS.md, forty-second session)
+# A chunk's 2:4 keys read decompressed and stored dense give the same scores, and the kernel's dense-key S takes Q
+# from registers, not Q^T from shared memory, which bounds it; the copy (``chunk_keys``) pays from about this many
+# query rows per KV head. Against the 2:4 keys, copy included (H100, calls timed alone; kernels/BENCHMARKS.md,
+# forty-third session): 32/8 heads 8K 0.95x, 16K 1.02x at the power cap and 0.98x at a burst's clocks, 32K
+# 1.06x and 1.01x; 9/3 heads d 64 8K 0.87x, 16K 0.97x, 24K 1.05x, 32K 1.04x
 COMPRESSED_DENSE_KEYS_MIN_ROWS = 1 << 16
 
 

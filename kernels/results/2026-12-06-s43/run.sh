@@ -19,5 +19,13 @@ case "$1" in
     timeout 100 python kernels/probes/prefix_dense_keys.py 2>&1 | grep -v Warn | tee "$log/prefix_dense_keys.log"
     timeout 200 python -m hs_kernels.bench_gpu --decode-only > "$log/bench_decode.log" 2>&1; echo "decode rc $?"
     grep -E "cuDNN SDPA|S_K=(0|1) S_V=(0|1) slots=3 splits=8 " "$log/bench_decode.log" | cut -c1-170 ;;
-*) echo "usage: run.sh 1..2" >&2; exit 2 ;;
+3)  # the key forms at SmolLM2's heads (8K-32K), and at Llama's after 0.5 s idle before each call (a burst's clocks)
+    for a in "--heads 9:3:64 --tokens 8192,16384,24576,32768" "--pause 0.5 --tokens 16384,32768"; do
+        echo "== $a"; timeout 150 python kernels/probes/prefill_dense_keys.py --calls 20 $a 2>&1 | grep -v Warn
+    done | tee "$log/dense_keys_3.log" ;;
+4)  # the two prefill probes refactored onto probes/one_shot.py, briefly
+    timeout 90 python kernels/probes/prefill_entry_cost.py --calls 10 2>&1 | grep -v Warn | tee "$log/entry_cost.log"
+    timeout 120 python kernels/probes/sustained_prefill.py --interleave --calls 10 --settle 2 --rounds 1 2>&1 \
+        | grep -v Warn | tee "$log/interleaved.log" ;;
+*) echo "usage: run.sh 1..4" >&2; exit 2 ;;
 esac
