@@ -27,5 +27,14 @@ case "$1" in
     timeout 90 python kernels/probes/prefill_entry_cost.py --calls 10 2>&1 | grep -v Warn | tee "$log/entry_cost.log"
     timeout 120 python kernels/probes/sustained_prefill.py --interleave --calls 10 --settle 2 --rounds 1 2>&1 \
         | grep -v Warn | tee "$log/interleaved.log" ;;
-*) echo "usage: run.sh 1..4" >&2; exit 2 ;;
+5)  # the entry-cost probe with its launches reading the entry point's key form; on an H200, the tables first
+    if nvidia-smi -L | grep -q H200; then
+        timeout 240 python -m hs_kernels.bench_prefill --no-tilelang --triton-configs '' --question 0 \
+            > "$log/bench_prefill.log" 2>&1; echo "bench_prefill rc $?"
+        grep -E "^\| (cuDNN|ours|  the same)" "$log/bench_prefill.log"
+        timeout 200 python -m hs_kernels.bench_gpu --decode-only > "$log/bench_decode.log" 2>&1; echo "decode rc $?"
+        grep -E "cuDNN SDPA|alternating" "$log/bench_decode.log" | cut -c1-170
+    fi
+    timeout 120 python kernels/probes/prefill_entry_cost.py --calls 20 2>&1 | grep -v Warn | tee "$log/entry_cost.log" ;;
+*) echo "usage: run.sh 1..5" >&2; exit 2 ;;
 esac
