@@ -36,5 +36,14 @@ case "$1" in
         grep -E "cuDNN SDPA|alternating" "$log/bench_decode.log" | cut -c1-170
     fi
     timeout 120 python kernels/probes/prefill_entry_cost.py --calls 20 2>&1 | grep -v Warn | tee "$log/entry_cost.log" ;;
-*) echo "usage: run.sh 1..5" >&2; exit 2 ;;
+6)  # written for the next session, not run. A served A/B of a prefix's keys read dense (169133c): an 8K chunk after
+    # a cached 32K prefix (bench_e2e's prefix run, its cached questions 8192 tokens long), this tree and the tree
+    # before (`mkdir -p .dev/before && git archive 169133c^1 kernels sglang_hs | tar -x -C .dev/before`), dummy
+    # Llama-3.1-8B. A fresh machine first needs a call carrying .dev/sgl1 (e.g. `run.sh 5`), then this one carrying
+    # [".dev/sgl2", ".dev/before"]; `run.sh 7` on the same machine runs the pair in the other order.
+    RUN_TIMEOUT=270 bash scripts/e2e_ab.sh "$log/e2e" . .dev/before -- --contexts 4096 --batches 1 --output-tokens 4 \
+        --prefix 32768 --questions 3 --question-tokens 8192 ;;
+7)  RUN_TIMEOUT=270 bash scripts/e2e_ab.sh "$log/e2e" .dev/before . -- --contexts 4096 --batches 1 --output-tokens 4 \
+        --prefix 32768 --questions 3 --question-tokens 8192 ;;
+*) echo "usage: run.sh 1..7" >&2; exit 2 ;;
 esac
