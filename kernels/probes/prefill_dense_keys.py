@@ -65,5 +65,6 @@ def compare(t: int, h_q: int, h_kv: int, d: int, args) -> None:
     for name, ms in zip(variants, medians):
         print(f"| {name} | {ms:.3f} | {medians[0] / ms:.3f}x |", flush=True)
 
+
 if __name__ == "__main__":
     main()
