@@ -714,30 +714,36 @@ def chunk_keys(chunk) -> torch.Tensor:
     return prefix_keys(pool, chunk.k_index)
 
 
+def compressed_prefill_keys(k: torch.Tensor, chunk, h_q: int):
+    """The keys ``prefill_compressed_attention`` gives the CUDA kernel for ``h_q`` query heads on a chunk whose K tiles
+    are all dense (``k`` itself) or all 2:4: dense from ``chunk_keys`` where ``compressed_dense_keys``, else the
+    chunk's ``cuda_prefill.SparseBlocks``."""
+    if chunk.k_mode == "dense":
+        return k
+    if compressed_dense_keys(k.shape[0], h_q, k.shape[1]):
+        return chunk_keys(chunk)
+    return cp.SparseBlocks(chunk.k_vals, chunk.k_meta, chunk.k_index)
+
+
 def prefill_compressed_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, chunk,
                                  sm_scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The paper's prefill: a chunk without a cached prefix attending causally to itself with its full tiles
     compressed first (``chunk``: ``chunk_blocks.compress_chunk(k, v, s_k, s_v)``). The oracle is the reference
     ``prefill_attention`` on ``chunk_blocks.chunk_as_dense(k, v, chunk)`` with an empty prefix. Runs the sparse tensor
     cores (``cuda_prefill.attend``) where every tile of V is 2:4, those of K all 2:4 (for long chunks given to it
-    decompressed and stored dense, ``compressed_dense_keys``, ``chunk_keys``) or all dense, and ``cuda_prefill.supports``
-    the queries (bf16 or fp16, head_dim 64 or 128, GQA ratio 1 to 64, sm_90), else the TileLang kernel where
-    importable, else the oracle.
+    decompressed and stored dense: ``compressed_prefill_keys``) or all dense, and ``cuda_prefill.supports`` the
+    queries (bf16 or fp16, head_dim 64 or 128, GQA ratio 1 to 64, sm_90), else the TileLang kernel where importable,
+    else the oracle.
     Returns ``out [T, H_q, D]`` (q's dtype) and ``lse [T, H_q]`` (float32)."""
     from .chunk_blocks import chunk_as_dense
 
     pools = [BlockPool.allocate(op, q.shape[-1], 0, 0, q.dtype, q.device) for op in ("k", "v")]
     empty = torch.zeros((k.shape[1] if k.dim() == 3 else 1, 1), dtype=torch.int32, device=q.device)
     _ref._check_prefill(q, k, v, *pools, empty, empty, 0)
-    h_kv = k.shape[1]
     if (_gpu_allowed() and chunk.v_mode == "sparse" and chunk.k_mode in ("sparse", "dense")
-            and cp.ready(q, h_kv)):
-        keys = k
-        if chunk.k_mode == "sparse":
-            keys = (chunk_keys(chunk) if compressed_dense_keys(*q.shape[:2], h_kv)
-                    else cp.SparseBlocks(chunk.k_vals, chunk.k_meta, chunk.k_index))
+            and cp.ready(q, k.shape[1])):
         values = cp.SparseBlocks(chunk.v_vals, chunk.v_meta, chunk.v_index)
-        return cp.attend(q, keys, values, _ref._scale(sm_scale, q), q_pos0=0)
+        return cp.attend(q, compressed_prefill_keys(k, chunk, q.shape[1]), values, _ref._scale(sm_scale, q), q_pos0=0)
     if tilelang_available() and q.is_cuda:
         from . import tl_prefill
 

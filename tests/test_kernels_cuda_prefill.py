@@ -223,11 +223,25 @@ def test_prefix_blocks_split_by_kind():
 
 
 def test_compressed_prefill_reads_dense_keys_from_enough_rows():
-    """``gpu.compressed_dense_keys``: a chunk's 2:4 keys read pruned and stored dense from 2^16 query rows per KV head
-    (16384 tokens at 32 / 8 heads, 21846 at 9 / 3)."""
+    """``gpu.compressed_dense_keys``: a chunk's 2:4 keys read decompressed and stored dense from 2^16 query rows per
+    KV head (16384 tokens at 32 / 8 heads, 21846 at 9 / 3)."""
     dense = gpu.compressed_dense_keys
     assert dense(16384, 32, 8) and not dense(16383, 32, 8) and not dense(8192, 32, 8)
     assert dense(21846, 9, 3) and not dense(21845, 9, 3)
+
+
+def test_compressed_prefill_keys_by_the_chunk_and_its_length(monkeypatch):
+    """``gpu.compressed_prefill_keys``: k itself for dense K tiles; for 2:4 ones the chunk's 2:4 blocks below the rule
+    and ``chunk_keys`` from it."""
+    monkeypatch.setattr(gpu, "chunk_keys", lambda c: ("dense copy", c))
+    k, v = (torch.randn(256, 2, 64).half() for _ in range(2))
+    dense, sparse = compress_chunk(k, v, 0, 1), compress_chunk(k, v, 1, 1)
+    assert gpu.compressed_prefill_keys(k, dense, 4) is k
+    short = gpu.compressed_prefill_keys(k, sparse, 4)
+    assert short.values is sparse.k_vals and short.meta is sparse.k_meta and short.index is sparse.k_index
+    monkeypatch.setattr(gpu, "COMPRESSED_DENSE_KEYS_MIN_ROWS", 512)
+    assert gpu.compressed_prefill_keys(k, sparse, 4) == ("dense copy", sparse)
+    assert isinstance(gpu.compressed_prefill_keys(k, sparse, 2), cuda_prefill.SparseBlocks)
 
 
 def test_dense_prefix_keys_from_enough_rows_in_one_part():

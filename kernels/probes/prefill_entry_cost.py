@@ -2,7 +2,8 @@
 32K causal one shot (Llama-3.1-8B shapes, S = 1/1), each variant timed alone per call (events, a sync after each),
 all alternating call by call (one clock), then each variant's host time (a host clock around the call, after a
 sync; the GPU idles meanwhile only where the call syncs). The launches read the chunk's keys as the entry point
-gives them to the kernel (from 2^16 query rows per KV head a dense copy, ``gpu.chunk_keys``, made once here).
+gives them to the kernel (``gpu.compressed_prefill_keys``: from 2^16 query rows per KV head a dense copy, made once
+here).
 
     python kernels/probes/prefill_entry_cost.py [--calls 30]
 """
@@ -24,7 +25,7 @@ def main() -> None:
     shot = one_shot()
     q, values = shot.q, shot.values
     # the launches read the keys in the form the entry point gives the kernel, so its copy counts as entry cost
-    keys = gpu.chunk_keys(shot.chunk) if gpu.compressed_dense_keys(*q.shape[:2], shot.k.shape[1]) else shot.keys
+    keys = gpu.compressed_prefill_keys(shot.k, shot.chunk, q.shape[1])
     out, lse = torch.empty_like(q), torch.empty(q.shape[:2], device="cuda")
     scale = 128 ** -0.5
 
