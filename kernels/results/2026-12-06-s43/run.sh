@@ -45,5 +45,10 @@ case "$1" in
         --prefix 32768 --questions 3 --question-tokens 8192 ;;
 7)  RUN_TIMEOUT=270 bash scripts/e2e_ab.sh "$log/e2e" .dev/before . -- --contexts 4096 --batches 1 --output-tokens 4 \
         --prefix 32768 --questions 3 --question-tokens 8192 ;;
-*) echo "usage: run.sh 1..7" >&2; exit 2 ;;
+8)  # the review (aa86756, gpu.compressed_prefill_keys): the compressed prefill's GPU tests and the key-form probe
+    timeout 150 python -m pytest -q -m gpu tests/test_kernels_gpu_cuda_prefill.py -k "compressed or chunk_keys" 2>&1 \
+        | tee "$log/tests.log" | tail -1
+    timeout 60 python kernels/probes/prefill_dense_keys.py --calls 10 --tokens 32768 2>&1 | grep -v Warn \
+        | tee "$log/dense_keys.log" ;;
+*) echo "usage: run.sh 1..8" >&2; exit 2 ;;
 esac
