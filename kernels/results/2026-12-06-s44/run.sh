@@ -29,5 +29,12 @@ case "$1" in
 3)  # the same pair in the other order, on the same warm machine (carrying .dev/before)
     RUN_TIMEOUT=280 bash scripts/e2e_ab.sh "$log/e2e" .dev/before . -- --contexts 4096 --batches 1 --output-tokens 4 \
         --prefix 32768 --questions 3 --question-tokens 8192 ;;
-*) echo "usage: run.sh 1..3" >&2; exit 2 ;;
+4)  # every prefill row the issue names on today's tree (the Triton dense and S = 0 / 0.5 / 1 rows as well, not run in
+    # full since the eleventh session), then the decode table; rows print as they finish, so a timeout keeps them
+    timeout 330 python -m hs_kernels.bench_prefill --no-tilelang --question 0 > "$log/bench_prefill_full.log" 2>&1
+    echo "bench_prefill rc $?"
+    timeout 180 python -m hs_kernels.bench_gpu --decode-only > "$log/bench_decode.log" 2>&1; echo "decode rc $?"
+    grep -E "cuDNN SDPA|S_K=(0|1) S_V=(0|1) slots=3 splits=8 " "$log/bench_decode.log" | cut -c1-170
+    grep -E "^\| " "$log/bench_prefill_full.log" | cut -c1-150 ;;
+*) echo "usage: run.sh 1..4" >&2; exit 2 ;;
 esac
