@@ -31,7 +31,8 @@ case "$1" in
         --prefix 32768 --questions 3 --question-tokens 8192 ;;
 4)  # every prefill row the issue names on today's tree (the Triton dense and S = 0 / 0.5 / 1 rows too, which the last
     # sessions left out), then the decode table; rows print as they finish, so a timeout keeps them
-    timeout 330 python -m hs_kernels.bench_prefill --no-tilelang --triton-configs 128:8:3 --question 0 > "$log/bench_prefill_full.log" 2>&1
+    timeout 330 python -m hs_kernels.bench_prefill --no-tilelang --triton-configs 128:8:3 --question 0 \
+        > "$log/bench_prefill_full.log" 2>&1
     echo "bench_prefill rc $?"
     timeout 180 python -m hs_kernels.bench_gpu --decode-only > "$log/bench_decode.log" 2>&1; echo "decode rc $?"
     grep -E "cuDNN SDPA|S_K=(0|1) S_V=(0|1) slots=3 splits=8 " "$log/bench_decode.log" | cut -c1-170
