@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import os
 
-from .settings import RESERVE_REQUESTS, HSConfigError, HSSettings, resolve
+from .settings import CONSERVATIVE, RESERVE_REQUESTS, HSConfigError, HSSettings, resolve
 
 logger = logging.getLogger("sglang_hs")
 
@@ -99,6 +99,9 @@ def _check_server_args(self, *args, **kwargs):
 
         self.warmups = warmup.NAME  # the prefill variants compiled before the server listens
     settings = resolve(self.model_path, page_size=self.page_size, tp_size=self.tp_size)  # raises HSConfigError
+    if settings.recipe == CONSERVATIVE:
+        logger.warning("hs: %s has no calibrated setting (hs-eval calibrate writes one); serving the conservative "
+                       "recipe, %s (README, 'Quality-safe defaults')", self.model_path, settings.describe())
     if settings.dense_reserve is None and self.max_running_requests is None:
         # the auto reserve holds this many requests' sinks and windows; SGLang admits requests by free
         # pages alone, and more running requests could use up the dense blocks (a scheduler error)

@@ -1,8 +1,10 @@
 """HSSettings: everything the hs extension needs to know, resolved once per process.
 
-Sources, later wins: the model family's recipe (recipes/<family>.json), then the --hs-* flags
-(carried to SGLang's worker processes in the SGLANG_HS_ARGS environment variable as JSON). The
-per-layer retrieval/streaming split comes only from the prepared checkpoint's config.json.
+Sources, later wins: the base setting, then the --hs-* flags (carried to SGLang's worker processes in the
+SGLANG_HS_ARGS environment variable as JSON). The base setting is ``--hs-recipe``'s file if given, else the one
+``hs-eval calibrate`` measured and wrote into the checkpoint (config.json's ``hierasparse.calibration``), else the
+conservative recipe (recipes/conservative.json, measured quality-safe: docs/quality.md). The per-layer
+retrieval/streaming split is the prepared checkpoint's, or its selection order cut at the setting's retrieval ratio.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pathlib import Path
 import hs_recipes
 from hs_kernels import BLOCK_SIZE, SparsityConfig
 from hs_kernels.gpu import DECODE_KERNELS
+from hs_prep.layout import SCOPES, relayout
 
 ENV_ARGS = "SGLANG_HS_ARGS"
 RECIPES_DIR = Path(hs_recipes.__file__).resolve().parent
@@ -70,6 +73,12 @@ class HSSettings:
     def groups(self, layer_id: int) -> LayerGroups:
         return self.layers[layer_id]
 
+    def describe(self) -> str:
+        """One line: the split and the sparsities."""
+        r = self.summary()["retrieval_fraction"]
+        return (f"{r:.0%} of KV groups retrieval, prefill S_K {self.prefill.s_k:g} S_V {self.prefill.s_v:g}, "
+                f"decode S_K {self.decode.s_k:g} S_V {self.decode.s_v:g}, sink {self.sink_tokens} window {self.window_tokens}")
+
     def summary(self) -> dict:
         n_r = sum(len(g.retrieval) for g in self.layers)
         n = sum(len(g.retrieval) + len(g.streaming) for g in self.layers)
@@ -120,7 +129,13 @@ FLAGS = {
     "--hs-stream-checkpoint": ("stream_checkpoint", int, "streaming groups keep their window before every multiple of this many tokens (a multiple of 64, >= window); a cached prefix is reused up to the last such point"),
     "--hs-decode-kernel": ("decode_kernel", str, "retrieval decode kernel on CUDA: 'auto' (default: 'cuda' where it applies, else 'triton'), 'cuda' (sparse tensor cores, mma.sp; built with the machine's nvcc; head_dim 64/128, at most 8 query heads per KV head) or 'triton'"),
     "--hs-extend-graph-tokens": ("extend_graph_tokens", int, "on CUDA, extends of at most this many tokens (a question on a cached prefix, a next turn, a short prompt) run as decode rows replayed from CUDA graphs, without the eager extend's host work per layer (default 64; 0: off)"),
-    "--hs-recipe": ("recipe", str, "recipe name in recipes/ or a path to a recipe JSON (default: by model type)"),
+    "--hs-retrieval-ratio": ("retrieval_ratio", float, "fraction of each layer's KV groups served as retrieval groups, "
+                             "the lowest-scored of the checkpoint's selection first, in (0, 1] (default: the calibrated "
+                             "or conservative setting's)"),
+    "--hs-retrieval-scope": ("retrieval_scope", str, "how --hs-retrieval-ratio is applied: 'layer' (that fraction of "
+                             "every layer's groups, the AoH paper) or 'model' (the lowest-scored fraction of all groups)"),
+    "--hs-recipe": ("recipe", str, "recipe name in recipes/ or a path to a recipe JSON (default: the checkpoint's "
+                    "calibrated setting, else recipes/conservative.json)"),
 }
 
 
@@ -155,18 +170,30 @@ def hs_args_from_env() -> dict:
 
 # ---- recipes ----
 
-def load_recipe(model_type: str, name: str | None = None) -> tuple[str, dict]:
-    if name:
-        path = Path(name) if name.endswith(".json") else RECIPES_DIR / f"{name}.json"
-        if not path.is_file():
-            raise HSConfigError(f"recipe {name!r} not found (looked for {path})")
-        return path.stem, json.loads(path.read_text())
-    for path in sorted(RECIPES_DIR.glob("*.json")):
-        recipe = json.loads(path.read_text())
-        if model_type in recipe.get("model_types", []):
-            return path.stem, recipe
-    return "builtin", {"prefill": {"s_k": 0.0, "s_v": 1.0}, "decode": {"s_k": 1.0, "s_v": 1.0},
-                       "sink_tokens": 128, "window_tokens": 256}
+CONSERVATIVE = "conservative"
+CALIBRATED = "calibrated"
+
+
+def load_recipe(name: str) -> dict:
+    """A recipe file: by name in recipes/ or by path."""
+    path = Path(name) if name.endswith(".json") else RECIPES_DIR / f"{name}.json"
+    if not path.is_file():
+        raise HSConfigError(f"recipe {name!r} not found (looked for {path})")
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise HSConfigError(f"recipe {path} is not valid JSON: {e}") from None
+
+
+def base_setting(section: dict, recipe: str | None) -> tuple[str, dict]:
+    """The setting flags apply over, and its name: ``recipe``'s, else the checkpoint's calibrated one, else the
+    conservative recipe."""
+    if recipe:
+        return Path(recipe).stem, load_recipe(recipe)
+    calibration = section.get("calibration")
+    if isinstance(calibration, dict) and isinstance(calibration.get("setting"), dict):
+        return CALIBRATED, calibration["setting"]
+    return CONSERVATIVE, load_recipe(CONSERVATIVE)
 
 
 # ---- the prepared checkpoint ----
@@ -185,8 +212,10 @@ def read_hierasparse(model_path: str) -> dict:
     return {"config": config, "section": section}
 
 
-def layer_groups(section: dict, num_layers: int, tp_size: int, tp_rank: int) -> list[LayerGroups]:
-    """Per layer, the retrieval and streaming KV groups of this rank's contiguous block of heads."""
+def layer_groups(section: dict, num_layers: int, tp_size: int, tp_rank: int,
+                 retrieval_ratio: float | None = None, scope: str = "layer") -> list[LayerGroups]:
+    """Per layer, the retrieval and streaming KV groups of this rank's contiguous block of heads: the checkpoint's
+    split, or ``retrieval_ratio``'s (``hs_prep.layout.relayout``)."""
     layers = section.get("layers")
     g = section.get("num_key_value_heads")
     if not isinstance(layers, list) or len(layers) != num_layers:
@@ -197,6 +226,12 @@ def layer_groups(section: dict, num_layers: int, tp_size: int, tp_rank: int) -> 
     if prepared_tp != tp_size:
         raise HSConfigError(f"checkpoint was balanced for tp_size={prepared_tp}, server uses --tp-size {tp_size}; re-run hs-prep convert with the serving tp size")
     per_rank = g // tp_size
+    if retrieval_ratio is not None:
+        if not 0.0 < retrieval_ratio <= 1.0:
+            raise HSConfigError(f"--hs-retrieval-ratio must be in (0, 1], got {retrieval_ratio}")
+        if scope not in SCOPES:
+            raise HSConfigError(f"--hs-retrieval-scope must be one of {', '.join(SCOPES)}, got {scope!r}")
+        layers = [{"is_retrieval": flags} for flags in relayout(section, retrieval_ratio, scope)]
     out = []
     for i, layer in enumerate(layers):
         flags = layer.get("is_retrieval")
@@ -222,7 +257,7 @@ def resolve(model_path: str, hs_args: dict | None = None, page_size: int | None 
     config, section = prepared["config"], prepared["section"]
     text_config = config.get("text_config", config)
     num_layers = text_config.get("num_hidden_layers")
-    name, recipe = load_recipe(text_config.get("model_type", ""), hs_args.get("recipe"))
+    name, recipe = base_setting(section, hs_args.get("recipe"))
 
     def pick(key, recipe_value):
         return hs_args.get(key, recipe_value)
@@ -249,6 +284,7 @@ def resolve(model_path: str, hs_args: dict | None = None, page_size: int | None 
     extend_graph_tokens = int(pick("extend_graph_tokens", EXTEND_GRAPH_TOKENS))
     if extend_graph_tokens < 0:
         raise HSConfigError(f"--hs-extend-graph-tokens must be >= 0, got {extend_graph_tokens}")
+    ratio = pick("retrieval_ratio", recipe.get("retrieval_ratio"))
     with_window = lambda c: SparsityConfig(c.s_k, c.s_v, sink, window)  # noqa: E731
     return HSSettings(
         prefill=with_window(prefill),
@@ -260,7 +296,8 @@ def resolve(model_path: str, hs_args: dict | None = None, page_size: int | None 
         stream_checkpoint=checkpoint,
         decode_kernel=decode_kernel,
         extend_graph_tokens=extend_graph_tokens,
-        layers=layer_groups(section, num_layers, tp_size, tp_rank),
+        layers=layer_groups(section, num_layers, tp_size, tp_rank, None if ratio is None else float(ratio),
+                            str(pick("retrieval_scope", recipe.get("retrieval_scope", "layer")))),
         num_kv_heads=section["num_key_value_heads"] // tp_size,
         auto_reserve_pages=auto_reserve_pages(chunk_tokens or text_config.get("max_position_embeddings", 8192),
                                               running_requests or RESERVE_REQUESTS, sink, window),

@@ -4,7 +4,9 @@
   hs-eval run    --url http://HOST:PORT [--name NAME] [task options] --out DIR       (a live server)
   hs-eval run    --settings full,aoh-s33,... [--ckpt-root DIR] [task options] --out DIR (starts one server per setting)
   hs-eval run    --settings ... --in-process ...                                    (sglang.Engine in this process)
+  hs-eval run    --settings ... --simulate ...                                      (the method in transformers)
   hs-eval report DIR/results.json [...] --out DIR                                   (re-render / merge)
+  hs-eval calibrate PREPARED [task options] [--device cuda --dtype bfloat16]        (write the quality-safe setting)
   hs-eval settings                                                                  (list the presets)
 """
 
@@ -60,7 +62,7 @@ def _hs_set(text: str) -> tuple[str, float | int]:
 
 
 def add_task_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--tasks", type=_names, default=["passkey"], help="comma list of passkey,niah_single,niah_multikey,vt")
+    p.add_argument("--tasks", type=_names, default=["passkey"], help="comma list of passkey,niah_single,niah_multikey,niah_multivalue,vt")
     p.add_argument("--lengths", type=_ints, default=[1024], help="prompt lengths in tokens (model tokenizer, chat template included)")
     p.add_argument("--depths", type=_floats, default=[0.1, 0.3, 0.5, 0.7, 0.9], help="needle depths, cycled over samples")
     p.add_argument("--samples", type=int, default=10, help="samples per task and length")
@@ -84,6 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--settings", type=_names, help="presets to compare (see hs-eval settings); a server is started per setting")
     r.add_argument("--name", default="server", help="setting name for --url")
     r.add_argument("--in-process", action="store_true", help="with --settings: sglang.Engine in this process instead of a server")
+    r.add_argument("--simulate", action="store_true",
+                   help="with --settings: the method simulated in transformers (sglang_hs.eval.simulate), no SGLang")
     r.add_argument("--model", default=None, help="model for hs-prep convert (default: the embedded SmolLM2-135M-Instruct)")
     r.add_argument("--ckpt-root", default=str(DEFAULT_CKPT_ROOT), help="where prepared checkpoints are kept")
     r.add_argument("--tokenizer", default=None, help="tokenizer directory (default: the first checkpoint / the server's model)")
@@ -101,6 +105,16 @@ def build_parser() -> argparse.ArgumentParser:
     rep = sub.add_parser("report", help="render results.json file(s) to markdown + PNG")
     rep.add_argument("results", nargs="+")
     rep.add_argument("--out", required=True)
+
+    c = sub.add_parser("calibrate", help="measure the ladder of hs settings, write the best quality-safe one into the checkpoint")
+    c.add_argument("checkpoint", help="a prepared checkpoint (hs-prep convert)")
+    c.add_argument("--keep", type=float, default=0.95, help="fraction of stock's correct answers every task and length must keep")
+    c.add_argument("--device", default="cpu")
+    c.add_argument("--dtype", default="float32")
+    c.add_argument("--out", default=None, help="where the rungs' results go (default: CHECKPOINT/calibration)")
+    c.add_argument("--dry-run", action="store_true", help="measure and report, leave config.json as it is")
+    add_task_args(c)
+    c.set_defaults(tasks=["niah_single", "niah_multikey", "niah_multivalue", "vt"], lengths=None, samples=20)
 
     sub.add_parser("settings", help="list the setting presets")
     return ap
@@ -206,9 +220,17 @@ def cmd_run(args) -> int:
     results.update(haystack_sources=sorted({s.haystack_source for s in samples}), task_fingerprint=fingerprint(samples))
     log(f"{len(samples)} samples x {len(settings)} settings ({args.mode}); checkpoints under {root}")
     for setting, ckpt in zip(settings, ckpts):
-        facts = checkpoint_facts(ckpt)
+        facts = checkpoint_facts(ckpt, setting.hs)
         t0 = time.time()
-        if args.in_process:
+        if args.simulate:
+            from .simulate import SimulatedClient
+
+            client = SimulatedClient(str(ckpt), setting.hs, args.device, args.dtype)
+            log(f"{setting.name}: simulation loaded after {time.time() - t0:.0f}s")
+            rows = run_samples_logged(client, builder, samples, args.mode, log, setting.name)
+            info = client.server_info()
+            client.close()
+        elif args.in_process:
             from ..testing import ENGINE_DEFAULTS, use_cpu_placeholder
 
             if args.device == "cpu":
@@ -226,7 +248,7 @@ def cmd_run(args) -> int:
                 client.close()
         else:
             with Server(ckpt, setting.hs_flags(), out / f"server_{setting.name}.log", device=args.device, dtype=args.dtype,
-                        extra=args.server_arg) as server:
+                        extra=args.server_arg, stock=setting.engine == "stock") as server:
                 log(f"{setting.name}: server up on {server.url} after {time.time() - t0:.0f}s ({' '.join(setting.hs_flags())})")
                 client = HTTPClient(server.url, args.api, args.concurrency, cache_report=True)
                 client.check()
@@ -271,6 +293,52 @@ def cmd_report(args) -> int:
     return 0
 
 
+def cmd_calibrate(args) -> int:
+    from .calibrate import Ladder, climb, markdown, setting_of, supported_lengths, write_calibration
+    from .report import write_outputs
+    from .settings import checkpoint_facts, dense_bytes_per_token
+    from .simulate import SimulatedClient, Simulator
+    from .tasks import fingerprint
+
+    ckpt = Path(args.checkpoint)
+    if not (ckpt / "config.json").is_file() or "hierasparse" not in json.loads((ckpt / "config.json").read_text()):
+        raise ValueError(f"{ckpt} is not a prepared checkpoint (hs-prep convert MODEL --output DIR first)")
+    if not 0.0 < args.keep <= 1.0:
+        raise ValueError(f"--keep must be in (0, 1], got {args.keep}")
+    args.lengths = args.lengths or supported_lengths(ckpt)
+    out = Path(args.out) if args.out else ckpt / "calibration"
+    log = lambda m: print(f"[hs-eval {time.strftime('%H:%M:%S')}] {m}", flush=True)  # noqa: E731
+    command = "hs-eval " + " ".join(shlex.quote(a) for a in (sys.argv[1:] if args.argv is None else args.argv))
+    builder, samples = _tasks(args, str(ckpt))
+    results = {"command": command, "date": time.strftime("%Y-%m-%d %H:%M %Z"), "machine": _machine(), "settings": [],
+               "haystack_sources": sorted({s.haystack_source for s in samples}), "task_fingerprint": fingerprint(samples)}
+    sim = Simulator(str(ckpt), args.device, args.dtype)
+    log(f"{len(samples)} samples ({', '.join(args.tasks)} at {', '.join(map(str, args.lengths))} tokens) per rung")
+
+    def measure(setting):
+        t0 = time.time()
+        rows = run_samples_logged(SimulatedClient(sim, setting.hs), builder, samples, "cold", log, setting.name)
+        facts = checkpoint_facts(ckpt, setting.hs)
+        results["settings"].append({"setting": setting.to_json(), "checkpoint": str(ckpt), "facts": facts,
+                                    "seconds": round(time.time() - t0, 1), "dense_bytes_per_token": dense_bytes_per_token(facts),
+                                    "rows": _with_kv(rows, facts, setting.hs)})
+        write_outputs(results, out)
+        return rows
+
+    ladder = Ladder(ckpt, measure, args.keep, max(args.lengths), log)
+    best = climb(ladder)
+    calibration = {"setting": setting_of(best), "chosen": best["name"], "keep": args.keep, "command": command,
+                   "date": results["date"], "machine": results["machine"],
+                   "engine": f"the method simulated in transformers (sglang_hs.eval.simulate), {args.device} {args.dtype}",
+                   "task_fingerprint": results["task_fingerprint"], "table": ladder.table}
+    (out / "calibration.md").write_text(markdown(calibration))
+    if not args.dry_run:
+        write_calibration(ckpt, calibration)
+    log(f"chosen {best['name']} (KV {best['kv_vs_dense']:.2f}x dense)" + ("" if args.dry_run else f", written to {ckpt}/config.json")
+        + f"; table in {out}/calibration.md")
+    return 0
+
+
 def cmd_settings(_args) -> int:
     from .settings import PRESETS, preset
 
@@ -285,7 +353,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.argv = argv
     try:
-        return {"tasks": cmd_tasks, "run": cmd_run, "report": cmd_report, "settings": cmd_settings}[args.cmd](args)
+        return {"tasks": cmd_tasks, "run": cmd_run, "report": cmd_report, "calibrate": cmd_calibrate,
+                "settings": cmd_settings}[args.cmd](args)
     except (ValueError, OSError, RuntimeError) as e:  # EvalError is a RuntimeError
         return _fail(str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__)
     except KeyboardInterrupt:

@@ -43,11 +43,44 @@ def markdown(results: dict, summary: list[dict]) -> str:
         lines.append(f"| {s['setting']} | {s['task']} | {s['length']} | {s['cache']} | {s['correct']} / {s['total']} | "
                      f"{s['accuracy']:.2f} | [{s['ci95'][0]:.2f}, {s['ci95'][1]:.2f}] | "
                      f"{'n/a' if kv is None else f'{kv:,.0f}'} | {ratio} |")
+    lines += length_table(results)
     lines += depth_table(results)
     lines += pair_table(results)
     descs = {s["setting"]: s["description"] for s in summary}
     lines += ["", "Settings:"] + [f"- `{k}`: {v}" for k, v in descs.items() if v]
     return "\n".join(lines) + "\n"
+
+
+def length_table(results: dict) -> list[str]:
+    """Per setting and length, every task pooled (cold): correct / total, accuracy, 95% interval; and the KV bytes
+    against dense at the longest length. The factor table's form."""
+    cells = defaultdict(lambda: [0, 0])
+    kv = {}
+    lengths = sorted({r["length"] for b in results["settings"] for r in b["rows"] if r["cache"] == "cold"})
+    if not lengths:
+        return []
+    names = []
+    for block in results["settings"]:
+        name = block["setting"]["name"]
+        names.append(name)
+        for r in block["rows"]:
+            if r["cache"] == "cold":
+                cells[(name, r["length"])][0] += bool(r["correct"])
+                cells[(name, r["length"])][1] += 1
+                if r["length"] == lengths[-1] and r.get("kv_bytes_per_token") and block.get("dense_bytes_per_token"):
+                    kv.setdefault(name, []).append(r["kv_bytes_per_token"] / block["dense_bytes_per_token"])
+    out = ["", "All tasks pooled, by length (cold; correct / total, accuracy [95% Wilson interval]):", "",
+           "| setting | " + " | ".join(str(n) for n in lengths) + f" | KV vs dense at {lengths[-1]} |",
+           "|---|" + "---|" * (len(lengths) + 1)]
+    for name in names:
+        row = []
+        for n in lengths:
+            c, t = cells[(name, n)]
+            lo, hi = wilson(c, t)
+            row.append(f"{c}/{t} {c / t:.2f} [{lo:.2f}, {hi:.2f}]" if t else "")
+        ratio = f"{sum(kv[name]) / len(kv[name]):.2f}x" if kv.get(name) else "n/a"
+        out.append(f"| {name} | " + " | ".join(row) + f" | {ratio} |")
+    return out
 
 
 def depth_table(results: dict) -> list[str]:
@@ -124,7 +157,7 @@ def plot(summary: list[dict], path: Path, title: str = "") -> bool:
         for s in (p for p in pts if (p["task"], p["length"]) == (task, length)):
             i = names.index(s["setting"])
             lo, hi = s["ci95"]
-            ax.errorbar(s["kv_bytes_per_token"] / 1024, s["accuracy"], yerr=[[s["accuracy"] - lo], [hi - s["accuracy"]]],
+            ax.errorbar(s["kv_bytes_per_token"] / 1024, s["accuracy"], yerr=[[max(0.0, s["accuracy"] - lo)], [max(0.0, hi - s["accuracy"])]],
                         fmt="o", color=cmap(i % 20), capsize=3, label=f"{s['setting']} ({s['correct']}/{s['total']})")
         ax.set_xlabel("KV cache KiB per token (bf16)")
         ax.set_ylabel("accuracy (95% Wilson CI)")

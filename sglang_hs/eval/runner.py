@@ -219,8 +219,9 @@ class Server:
 
     def __init__(self, model_path: str, hs_flags: list[str], log_path: Path, device: str = "cpu", dtype: str = "float32",
                  context_length: int = 8192, max_total_tokens: int = 40000, mem_fraction: float = 0.15,
-                 extra: list[str] | None = None,
+                 extra: list[str] | None = None, stock: bool = False,
                  start_timeout: float = 900.0):
+        """``stock``: stock ``sglang.launch_server`` (its default attention backend and page size), no hs flags."""
         from ..server_process import ServerProcess
         from ..testing import cpu_env
 
@@ -229,9 +230,12 @@ class Server:
                 "--mem-fraction-static", str(mem_fraction), "--sampling-backend", "pytorch", "--grammar-backend", "none",
                 "--enable-cache-report", "--skip-server-warmup"] + (["--disable-cuda-graph"] if device == "cpu" else []) \
             + list(extra or []) + hs_flags
+        if stock and device == "cpu":  # stock's CPU default (intel_amx) needs sgl_kernel's CPU build, which PyPI lacks
+            args += ["--attention-backend", "torch_native"]
         env = cpu_env() if device == "cpu" else dict(os.environ)
         env.setdefault("SGLANG_HS_STATS_FILE", str(Path(log_path).with_suffix(".stats.json")))
-        self.process = ServerProcess(args, env, str(log_path), start_timeout)
+        module = "sglang.launch_server" if stock else "sglang_hs.launch_server"
+        self.process = ServerProcess(args, env, str(log_path), start_timeout, module=module)
 
     def __enter__(self) -> "Server":
         try:

@@ -28,4 +28,5 @@ def wilson(correct: int, total: int, z: float = 1.959963984540054) -> tuple[floa
     denom = 1 + z * z / total
     centre = (p + z * z / (2 * total)) / denom
     half = z * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total)) / denom
-    return max(0.0, centre - half), min(1.0, centre + half)
+    # the interval holds p exactly at the ends, where rounding could leave it a hair inside
+    return (0.0 if correct == 0 else max(0.0, centre - half)), (1.0 if correct == total else min(1.0, centre + half))

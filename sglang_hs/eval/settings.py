@@ -1,4 +1,5 @@
-"""What is compared: a setting = a prepared checkpoint (head selection, retrieval ratio) + hs flags.
+"""What is compared: a setting = a prepared checkpoint (its head selection) + hs flags (the retrieval ratio and scope
+cut the selection's order at serve time; sparsities, sink and window).
 
 KV bytes per token follow the hs_kernels size model at the sample's length: retrieval groups keep
 every 64-token block (dense, or 2:4-compressed per the decode S_K/S_V, sink/window/partial blocks
@@ -17,21 +18,22 @@ from hs_kernels import BLOCK_SIZE, eligible_blocks
 from hs_kernels.pruner import num_sparse_blocks
 from hs_kernels.format import sparse_shapes
 
-HS_KEYS = ("prefill_sk", "prefill_sv", "decode_sk", "decode_sv", "sink_tokens", "window_tokens")
-DENSE = {"prefill_sk": 0.0, "prefill_sv": 0.0, "decode_sk": 0.0, "decode_sv": 0.0}
+DENSE = {"retrieval_ratio": 1.0, "retrieval_scope": "layer", "prefill_sk": 0.0, "prefill_sv": 0.0, "decode_sk": 0.0,
+         "decode_sv": 0.0, "sink_tokens": 128, "window_tokens": 256}
+PREPARED_RATIO = 0.5  # the checkpoints' own split; every setting names its ratio, so it only orders the groups
 
 
 @dataclass
 class Setting:
     name: str
     select: str = "aoh"            # aoh | random | reverse (hs-prep convert --select)
-    retrieval_ratio: float = 1.0   # hs-prep convert --retrieval-ratio (rounded per layer by hs-prep)
     hs: dict = field(default_factory=lambda: dict(DENSE))
     seed: int = 0                  # for select=random
     description: str = ""
+    engine: str = "hs"             # hs | stock (stock SGLang on the unprepared checkpoint, its default backend)
 
     def checkpoint_name(self) -> str:
-        return f"{self.select}-r{self.retrieval_ratio:g}" + (f"-seed{self.seed}" if self.select == "random" else "")
+        return self.select + (f"-seed{self.seed}" if self.select == "random" else "")
 
     def hs_flags(self) -> list[str]:
         return [f"--hs-{k.replace('_', '-')}={v}" for k, v in sorted(self.hs.items())]
@@ -40,26 +42,44 @@ class Setting:
         return asdict(self)
 
 
-def _s(retrieval_ratio, select="aoh", **hs):
-    return dict(select=select, retrieval_ratio=retrieval_ratio, hs={**DENSE, **hs})
+def _s(retrieval_ratio=1.0, select="aoh", **hs):
+    return dict(select=select, hs={**DENSE, "retrieval_ratio": retrieval_ratio, **hs})
 
 
-# With 3 KV groups per layer (SmolLM2), retrieval ratios 2/3 and 1/3 are what a layer can hold;
-# hs-prep rounds the requested ratio up per layer, hence 0.666 / 0.333.
-PRESETS = {
-    "full": (_s(1.0), "full attention (all groups retrieval, dense KV)"),
-    "aoh-s33": (_s(0.666), "AoH, 1/3 of KV groups streaming"),
-    "aoh-s67": (_s(0.333), "AoH, 2/3 of KV groups streaming"),
-    "random-s33": (_s(0.666, "random"), "random selection, 1/3 streaming"),
-    "reverse-s33": (_s(0.666, "reverse"), "reversed AoH (highest rank kept), 1/3 streaming"),
-    "random-s67": (_s(0.333, "random"), "random selection, 2/3 streaming"),
-    "reverse-s67": (_s(0.333, "reverse"), "reversed AoH, 2/3 streaming"),
-    "v24": (_s(1.0, prefill_sv=1.0, decode_sv=1.0), "all groups retrieval, V 2:4 in prefill and cache"),
-    "k24": (_s(1.0, prefill_sk=1.0, decode_sk=1.0), "all groups retrieval, K 2:4 in prefill and cache"),
-    "kv24": (_s(1.0, prefill_sk=1.0, prefill_sv=1.0, decode_sk=1.0, decode_sv=1.0), "all groups retrieval, K and V 2:4 in prefill and cache"),
-    "kv24-decode": (_s(1.0, prefill_sv=1.0, decode_sk=1.0, decode_sv=1.0), "recipe split sparsity (prefill S_K 0 / S_V 1, cache S_K 1 / S_V 1), all groups retrieval"),
-    "aoh-s33-recipe": (_s(0.666, prefill_sv=1.0, decode_sk=1.0, decode_sv=1.0), "AoH 1/3 streaming + recipe sparsity (prefill V, cache K+V)"),
-}
+V24 = dict(prefill_sv=1.0, decode_sv=1.0)
+K24 = dict(prefill_sk=1.0, decode_sk=1.0)
+KV24 = {**V24, **K24}
+WIDE = dict(sink_tokens=512, window_tokens=2048)
+
+
+def _factors() -> dict:
+    """The factor table: one factor at a time against ``full`` (docs/quality.md)."""
+    out = {
+        "stock": (dict(engine="stock", hs={}), "stock SGLang on the original checkpoint (no hs)"),
+        "full": (_s(), "hs, every group retrieval, dense KV (must equal stock)"),
+    }
+    for streaming in (25, 50, 75):
+        ratio = 1 - streaming / 100
+        for select in ("aoh", "random", "reverse"):
+            out[f"{select}-s{streaming}"] = (_s(ratio, select), f"{select} selection, {streaming} % of each layer's groups streaming")
+        out[f"aoh-s{streaming}-model"] = (_s(ratio, retrieval_scope="model"),
+                                         f"AoH, the {streaming} % lowest-ranked groups of the model streaming")
+        out[f"aoh-s{streaming}-wide"] = (_s(ratio, **WIDE), f"AoH, {streaming} % streaming, sink 512 + window 2048")
+    out.update({
+        "v24": (_s(**V24), "V 2:4 in prefill and cache"),
+        "k24": (_s(**K24), "K 2:4 in prefill and cache"),
+        "kv24": (_s(**KV24), "K and V 2:4 in prefill and cache"),
+        "kv24-prefill": (_s(prefill_sk=1.0, prefill_sv=1.0), "K and V 2:4 in prefill only"),
+        "kv24-decode": (_s(decode_sk=1.0, decode_sv=1.0), "K and V 2:4 in the cache (decode) only"),
+        "v24-decode": (_s(decode_sv=1.0), "V 2:4 in the cache (decode) only"),
+        "kv24-wide": (_s(**KV24, **WIDE), "K and V 2:4 in prefill and cache, sink 512 + window 2048 dense"),
+        "old-default": (_s(0.5, prefill_sv=1.0, decode_sk=1.0, decode_sv=1.0),
+                        "the former recipe: 50 % streaming, prefill S_V 1, decode S_K = S_V = 1"),
+    })
+    return out
+
+
+PRESETS = _factors()
 
 
 def preset(name: str) -> Setting:
@@ -69,13 +89,23 @@ def preset(name: str) -> Setting:
     return Setting(name=name, description=desc, **{k: (dict(v) if isinstance(v, dict) else v) for k, v in kw.items()})
 
 
+def custom(name: str, hs: dict, select: str = "aoh") -> Setting:
+    """A setting outside the presets (the calibration ladder's rungs)."""
+    return Setting(name=name, select=select, hs={**DENSE, **hs}, description="calibration rung")
+
+
 def prepare_checkpoint(setting: Setting, root: Path, model: str | None = None) -> Path:
-    """``hs-prep convert [MODEL] --output ROOT/<name> --retrieval-ratio R --select S`` unless it exists."""
+    """``hs-prep convert [MODEL] --output ROOT/<select> --select S`` unless it exists; the original checkpoint for a
+    stock setting."""
+    if setting.engine == "stock":
+        from hs_prep.source import resolve
+
+        return Path(resolve(model).path)
     out = Path(root) / setting.checkpoint_name()
     if (out / "config.json").is_file():
         return out
     cmd = [sys.executable, "-c", "from hs_prep.cli import main; main()", "convert"] + ([model] if model else []) + [
-        "--output", str(out), "--retrieval-ratio", str(setting.retrieval_ratio), "--select", setting.select,
+        "--output", str(out), "--retrieval-ratio", str(PREPARED_RATIO), "--select", setting.select,
         "--seed", str(setting.seed), "--overwrite"]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
@@ -83,14 +113,25 @@ def prepare_checkpoint(setting: Setting, root: Path, model: str | None = None) -
     return out
 
 
-def checkpoint_facts(path: Path) -> dict:
+def checkpoint_facts(path: Path, setting: dict | None = None) -> dict:
+    """The checkpoint's shape and, under ``setting``'s retrieval ratio and scope (else its own split), how many of its
+    groups are retrieval groups."""
+    from hs_prep.layout import relayout
+
     config = json.loads((Path(path) / "config.json").read_text())
     text = config.get("text_config", config)
-    hs = config["hierasparse"]
-    flags = [layer["is_retrieval"] for layer in hs["layers"]]
+    hs = config.get("hierasparse") or {}
+    kv_groups = hs.get("num_key_value_heads") or text.get("num_key_value_heads") or text["num_attention_heads"]
+    ratio = (setting or {}).get("retrieval_ratio")
+    if not hs:
+        flags = [[True] * kv_groups for _ in range(text["num_hidden_layers"])]
+    elif ratio is not None:
+        flags = relayout(hs, float(ratio), (setting or {}).get("retrieval_scope", "layer"))
+    else:
+        flags = [layer["is_retrieval"] for layer in hs["layers"]]
     return {
         "layers": text["num_hidden_layers"],
-        "kv_groups": hs["num_key_value_heads"],
+        "kv_groups": kv_groups,
         "head_dim": text.get("head_dim") or text["hidden_size"] // text["num_attention_heads"],
         "retrieval_groups": sum(map(sum, flags)),
         "total_groups": sum(map(len, flags)),

@@ -13,7 +13,7 @@ import random
 import re
 from dataclasses import asdict, dataclass, field
 
-TASKS = ("passkey", "niah_single", "niah_multikey", "vt")
+TASKS = ("passkey", "niah_single", "niah_multikey", "niah_multivalue", "vt")
 
 # a fixed vocabulary for needle keys (no external word list needed)
 _ADJ = ("amber", "brave", "calm", "dusty", "eager", "faint", "gentle", "hollow", "icy", "jolly", "keen", "lucky",
@@ -28,6 +28,8 @@ INTRO = {
                    "I will quiz you about the numbers afterwards.",
     "niah_multikey": "Some special magic numbers are hidden within the following text. Make sure to memorize them. "
                      "I will quiz you about the numbers afterwards.",
+    "niah_multivalue": "Some special magic numbers are hidden within the following text. Make sure to memorize them. "
+                       "I will quiz you about the numbers afterwards.",
     "vt": "Memorize and track the chain(s) of variable assignment hidden in the following text.",
 }
 
@@ -197,6 +199,14 @@ def make_sample(builder: Builder, task: str, length: int, depth: float | None, i
                      for k, v in zip(ks[:max(1, n_questions)], vs)]
         max_new = 10
         extra["distractors"] = n_needles - 1
+    elif task == "niah_multivalue":  # one key, four values at four depths (the queried depth first); all four asked
+        k = _key(rng, keys)
+        vs = [_number(rng, 7, nums) for _ in range(4)]
+        pos = [depth] + [rng.random() for _ in range(3)]
+        needles = [(p, f"One of the special magic numbers for {k} is: {v}.") for p, v in zip(pos, vs)]
+        questions = [Question(f"What are all the special magic numbers for {k} mentioned in the provided text?",
+                              f"The special magic numbers for {k} mentioned in the provided text are", vs)]
+        max_new = 48
     else:  # vt: one chain of 4 hops spread over the context, one question per chain
         n_chains = max(1, n_questions)
         needles, questions = [], []
