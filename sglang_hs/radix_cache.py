@@ -70,10 +70,11 @@ class HSRadixCache(RadixCache):
             self.pool.adopt_stream(own[::self.page_size] // self.page_size, tree[::self.page_size] // self.page_size)
         return tree
 
-    def _compress_and_trim(self, row: int, num_tokens: int):
-        """A running sequence's blocks that left its window are compressed, and its pages no query sees trimmed."""
+    def _compress_and_trim(self, row: int, num_tokens: int, chunked: bool = False):
+        """A running sequence's blocks that left its window are compressed (``chunked``, its prefill not done: at the
+        chunk sparsity, ``HSSettings.chunk``), and its pages no query sees trimmed."""
         locs = self._locs(row, num_tokens)
-        self.pool.compress_row(row, locs, num_tokens)
+        self.pool.compress_row(row, locs, num_tokens, self.pool.settings.chunk if chunked else None)
         self.pool.trim_stream(row, locs, num_tokens, running=True)
 
     @contextmanager
@@ -87,8 +88,8 @@ class HSRadixCache(RadixCache):
             deferred = self._deferred
         finally:
             self._deferred = None
-        for row, num_tokens in deferred:
-            self._compress_and_trim(row, num_tokens)
+        for row, num_tokens, chunked in deferred:
+            self._compress_and_trim(row, num_tokens, chunked)
         if deferred:
             self.stats.maybe_publish()
 
@@ -116,9 +117,9 @@ class HSRadixCache(RadixCache):
             self._pin_prompt_end(req, len(fill))
         self.stats.changed()
         if self._deferred is not None:
-            self._deferred.append((req.req_pool_idx, len(fill)))
+            self._deferred.append((req.req_pool_idx, len(fill), chunked))
             return
-        self._compress_and_trim(req.req_pool_idx, len(fill))
+        self._compress_and_trim(req.req_pool_idx, len(fill), chunked)
         self.stats.maybe_publish()
 
     @ranged("hs.cache_finished_req")

@@ -59,6 +59,13 @@ class HSSettings:
         return min(1.0, window / self.stream_checkpoint)
 
     @property
+    def chunk(self) -> SparsityConfig:
+        """What a prompt's earlier prefill chunks are stored at until its prefill ends: never sparser than prefill
+        attention sees them (the method's one-shot prefill) nor than the cache keeps them (blocks only get sparser)."""
+        return SparsityConfig(min(self.prefill.s_k, self.decode.s_k), min(self.prefill.s_v, self.decode.s_v),
+                              self.sink_tokens, self.window_tokens)
+
+    @property
     def reserve_flag(self) -> float | str:
         """``--hs-dense-reserve`` as given: the fraction, or 'auto'."""
         return "auto" if self.dense_reserve is None else self.dense_reserve

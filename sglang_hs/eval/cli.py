@@ -6,6 +6,7 @@
   hs-eval run    --settings ... --in-process ...                                    (sglang.Engine in this process)
   hs-eval run    --settings ... --simulate ...                                      (the method in transformers)
   hs-eval report DIR/results.json [...] --out DIR                                   (re-render / merge)
+  hs-eval compare A/results.json B/results.json                                     (same prompts, two runs)
   hs-eval calibrate PREPARED [task options] [--device cuda --dtype bfloat16]        (write the quality-safe setting)
   hs-eval settings                                                                  (list the presets)
 """
@@ -105,6 +106,10 @@ def build_parser() -> argparse.ArgumentParser:
     rep = sub.add_parser("report", help="render results.json file(s) to markdown + PNG")
     rep.add_argument("results", nargs="+")
     rep.add_argument("--out", required=True)
+
+    cmp = sub.add_parser("compare", help="two runs over the same prompts (e.g. served and --simulate), setting by setting")
+    cmp.add_argument("a")
+    cmp.add_argument("b")
 
     c = sub.add_parser("calibrate", help="measure the ladder of hs settings, write the best quality-safe one into the checkpoint")
     c.add_argument("checkpoint", help="a prepared checkpoint (hs-prep convert)")
@@ -339,6 +344,19 @@ def cmd_calibrate(args) -> int:
     return 0
 
 
+def cmd_compare(args) -> int:
+    from .report import compare_table
+
+    runs = []
+    for path in (args.a, args.b):
+        p = Path(path)
+        if not p.is_file():
+            raise ValueError(f"{path} does not exist")
+        runs.append(json.loads(p.read_text()))
+    print(compare_table(*runs, names=(Path(args.a).parent.name or "A", Path(args.b).parent.name or "B")), end="")
+    return 0
+
+
 def cmd_settings(_args) -> int:
     from .settings import PRESETS, preset
 
@@ -353,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.argv = argv
     try:
-        return {"tasks": cmd_tasks, "run": cmd_run, "report": cmd_report, "calibrate": cmd_calibrate,
+        return {"tasks": cmd_tasks, "run": cmd_run, "report": cmd_report, "calibrate": cmd_calibrate, "compare": cmd_compare,
                 "settings": cmd_settings}[args.cmd](args)
     except (ValueError, OSError, RuntimeError) as e:  # EvalError is a RuntimeError
         return _fail(str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__)

@@ -182,3 +182,28 @@ def write_outputs(results: dict, out_dir: Path) -> dict:
     (out_dir / "results.md").write_text(markdown(results, summary))
     plot(summary, out_dir / "accuracy_vs_kv.png", title=results["command"][:160])
     return results
+
+
+def compare_table(a: dict, b: dict, names: tuple[str, str] = ("A", "B")) -> str:
+    """Two results.json files over the same prompts (say, served and simulated), setting by setting: how many
+    answers are the same text, and how often each is right."""
+    rows_b = {blk["setting"]["name"]: {(r["id"], r["question"], r["cache"]): r for r in blk["rows"]} for blk in b["settings"]}
+    x, y = names
+    lines = [f"| setting | prompts | same output | {x} correct | {y} correct | {x} only right | {y} only right |",
+             "|---|---|---|---|---|---|---|"]
+    for blk in a["settings"]:
+        name = blk["setting"]["name"]
+        other = rows_b.get(name)
+        if other is None:
+            continue
+        pairs = [(r, other[k]) for r in blk["rows"] if (k := (r["id"], r["question"], r["cache"])) in other]
+        if not pairs:
+            continue
+        n = len(pairs)
+        same = sum(p["output"].strip() == q["output"].strip() for p, q in pairs)
+        ca, cb = sum(bool(p["correct"]) for p, _ in pairs), sum(bool(q["correct"]) for _, q in pairs)
+        only_a = sum(bool(p["correct"]) and not q["correct"] for p, q in pairs)
+        only_b = sum(bool(q["correct"]) and not p["correct"] for p, q in pairs)
+        lines.append(f"| {name} | {n} | {same} / {n} | {ca} / {n} | {cb} / {n} | {only_a} | {only_b} |")
+    return "\n".join(lines) + "\n"
+
