@@ -166,8 +166,13 @@ def cmd_tasks(args) -> int:
 
 
 def _with_kv(rows, facts, hs, sink=128, window=256):
-    from .settings import kv_bytes_per_token
+    from .settings import dense_bytes_per_token, kv_bytes_per_token
 
+    hs = {**facts.get("hs", {}), **hs} if facts else hs  # what was served, flags or not
+    if facts and facts.get("stock"):
+        for r in rows:
+            r["kv_bytes_per_token"] = dense_bytes_per_token(facts)
+        return rows
     for r in rows:
         r["kv_bytes_per_token"] = (kv_bytes_per_token(facts, hs.get("decode_sk", 0.0), hs.get("decode_sv", 0.0), r["n_tokens"],
                                                       hs.get("sink_tokens", sink), hs.get("window_tokens", window))
@@ -225,7 +230,7 @@ def cmd_run(args) -> int:
     results.update(haystack_sources=sorted({s.haystack_source for s in samples}), task_fingerprint=fingerprint(samples))
     log(f"{len(samples)} samples x {len(settings)} settings ({args.mode}); checkpoints under {root}")
     for setting, ckpt in zip(settings, ckpts):
-        facts = checkpoint_facts(ckpt, setting.hs)
+        facts = {**checkpoint_facts(ckpt, setting.hs), "stock": setting.engine == "stock"}
         t0 = time.time()
         if args.simulate:
             from .simulate import SimulatedClient

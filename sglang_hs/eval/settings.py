@@ -57,6 +57,7 @@ def _factors() -> dict:
     out = {
         "stock": (dict(engine="stock", hs={}), "stock SGLang on the original checkpoint (no hs)"),
         "full": (_s(), "hs, every group retrieval, dense KV (must equal stock)"),
+    "default": (dict(hs={}), "hs with no flags: the checkpoint's calibrated setting, else the conservative recipe"),
     }
     for streaming in (25, 50, 75):
         ratio = 1 - streaming / 100
@@ -114,29 +115,26 @@ def prepare_checkpoint(setting: Setting, root: Path, model: str | None = None) -
 
 
 def checkpoint_facts(path: Path, setting: dict | None = None) -> dict:
-    """The checkpoint's shape and, under ``setting``'s retrieval ratio and scope (else its own split), how many of its
-    groups are retrieval groups."""
-    from hs_prep.layout import relayout
-
+    """The checkpoint's shape and, as the launcher would serve it with the hs flags ``setting``, how many of its groups
+    are retrieval groups; with the sparsities, sink and window served (``hs``)."""
     config = json.loads((Path(path) / "config.json").read_text())
     text = config.get("text_config", config)
-    hs = config.get("hierasparse") or {}
-    kv_groups = hs.get("num_key_value_heads") or text.get("num_key_value_heads") or text["num_attention_heads"]
-    ratio = (setting or {}).get("retrieval_ratio")
-    if not hs:
-        flags = [[True] * kv_groups for _ in range(text["num_hidden_layers"])]
-    elif ratio is not None:
-        flags = relayout(hs, float(ratio), (setting or {}).get("retrieval_scope", "layer"))
-    else:
-        flags = [layer["is_retrieval"] for layer in hs["layers"]]
-    return {
-        "layers": text["num_hidden_layers"],
-        "kv_groups": kv_groups,
-        "head_dim": text.get("head_dim") or text["hidden_size"] // text["num_attention_heads"],
-        "retrieval_groups": sum(map(sum, flags)),
-        "total_groups": sum(map(len, flags)),
-        "selection": hs.get("selection"),
-    }
+    section = config.get("hierasparse") or {}
+    kv_groups = section.get("num_key_value_heads") or text.get("num_key_value_heads") or text["num_attention_heads"]
+    layers = text["num_hidden_layers"]
+    facts = {"layers": layers, "kv_groups": kv_groups,
+             "head_dim": text.get("head_dim") or text["hidden_size"] // text["num_attention_heads"],
+             "retrieval_groups": layers * kv_groups, "total_groups": layers * kv_groups,
+             "selection": section.get("selection"), "hs": dict(DENSE)}
+    if section:
+        from ..settings import resolve
+
+        served = resolve(str(path), dict(setting or {}))
+        facts["retrieval_groups"] = sum(len(g.retrieval) for g in served.layers)
+        facts["hs"] = {"retrieval_ratio": (setting or {}).get("retrieval_ratio"), "prefill_sk": served.prefill.s_k,
+                       "prefill_sv": served.prefill.s_v, "decode_sk": served.decode.s_k, "decode_sv": served.decode.s_v,
+                       "sink_tokens": served.sink_tokens, "window_tokens": served.window_tokens, "source": served.recipe}
+    return facts
 
 
 def kv_bytes_per_token(facts: dict, s_k: float, s_v: float, num_tokens: int, sink: int = 128, window: int = 256,

@@ -176,21 +176,6 @@ def register() -> None:
     AttentionMaskInterface.register(ATTENTION, sdpa_mask)
 
 
-def retrieval_flags(checkpoint: Path, num_layers: int, num_kv_heads: int, ratio: float | None = None,
-                    scope: str = "layer") -> list[list[bool]]:
-    """Per layer, which KV groups (prepared order) are retrieval groups: the checkpoint's split, or ``ratio``'s
-    (``hs_prep.layout.relayout``); all groups of an unprepared checkpoint."""
-    config = json.loads((Path(checkpoint) / "config.json").read_text())
-    section = config.get("hierasparse")
-    if section is None:
-        return [[True] * num_kv_heads for _ in range(num_layers)]
-    if ratio is None:
-        return [list(layer["is_retrieval"]) for layer in section["layers"]]
-    from hs_prep.layout import relayout
-
-    return relayout(section, ratio, scope)
-
-
 class Simulator:
     """A checkpoint in transformers under the method's settings (``configure``)."""
 
@@ -208,15 +193,22 @@ class Simulator:
         self.configure({})
 
     def configure(self, hs: dict) -> None:
-        """The method's settings ``hs`` (hs-eval's keys: retrieval_ratio, retrieval_scope, prefill_sk, ..., sink_tokens,
-        window_tokens; absent: every group retrieval, dense KV, sink 128, window 256)."""
-        sink, window = int(hs.get("sink_tokens", 128)), int(hs.get("window_tokens", 256))
-        self.plan = Plan(SparsityConfig(float(hs.get("prefill_sk", 0.0)), float(hs.get("prefill_sv", 0.0)), sink, window),
-                         SparsityConfig(float(hs.get("decode_sk", 0.0)), float(hs.get("decode_sv", 0.0)), sink, window))
+        """The method's settings: ``hs`` (hs-eval's keys, the launcher's flags: retrieval_ratio, retrieval_scope,
+        prefill_sk, ..., sink_tokens, window_tokens) over what the launcher would serve the checkpoint with
+        (``sglang_hs.settings.resolve``); an unprepared checkpoint: every group retrieval, dense KV."""
         text = self.model.config.get_text_config()
-        ratio = hs.get("retrieval_ratio")
-        flags = retrieval_flags(self.checkpoint, text.num_hidden_layers, text.num_key_value_heads,
-                                None if ratio is None else float(ratio), hs.get("retrieval_scope", "layer"))
+        config = json.loads((self.checkpoint / "config.json").read_text())
+        if "hierasparse" in config:
+            from ..settings import resolve
+
+            settings = resolve(str(self.checkpoint), dict(hs))
+            self.plan = Plan(settings.prefill, settings.decode)
+            flags = [[g in groups.retrieval for g in range(len(groups.retrieval) + len(groups.streaming))]
+                     for groups in settings.layers]
+        else:
+            dense = SparsityConfig(0.0, 0.0)
+            self.plan = Plan(dense, dense)
+            flags = [[True] * text.num_key_value_heads for _ in range(text.num_hidden_layers)]
         for layer, module in enumerate(self.model.model.layers):
             module.self_attn.hs_plan = self.plan
             module.self_attn.hs_retrieval = flags[layer]
