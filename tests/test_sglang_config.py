@@ -54,12 +54,35 @@ def test_tp_layout_mismatch_and_unknown_flag(prepared):
     assert hs == {"decode_sk": 0.5, "sink_tokens": 64} and rest == ["--model-path", "m"]
 
 
-def test_settings_come_from_recipe_then_flags(prepared):
+def test_uncalibrated_checkpoint_is_served_conservative_then_flags(prepared):
     s = resolve(prepared, {"decode_sv": 0.5})
-    assert s.recipe == "llama" and (s.prefill.s_k, s.prefill.s_v, s.decode.s_k, s.decode.s_v) == (0.0, 1.0, 1.0, 0.5)
+    assert s.recipe == "conservative" and (s.prefill.s_k, s.prefill.s_v, s.decode.s_k, s.decode.s_v) == (0.0, 0.0, 0.0, 0.5)
     assert (s.sink_tokens, s.window_tokens) == (128, 256)
-    assert [g.retrieval for g in s.layers] == [(0, 1)] and [g.streaming for g in s.layers] == [(2, 3)]
+    assert [g.retrieval for g in s.layers] == [(0, 1, 2, 3)] and [g.streaming for g in s.layers] == [()]
     assert s.decode_kernel == "auto" and resolve(prepared, {"decode_kernel": "cuda"}).decode_kernel == "cuda"
+    half = resolve(prepared, {"retrieval_ratio": 0.5})
+    assert [g.retrieval for g in half.layers] == [(0, 1)] and [g.streaming for g in half.layers] == [(2, 3)]
+    with pytest.raises(HSConfigError, match="retrieval-ratio must be in"):
+        resolve(prepared, {"retrieval_ratio": 0.0})
+    with pytest.raises(HSConfigError, match="retrieval-scope must be one of"):
+        resolve(prepared, {"retrieval_ratio": 0.5, "retrieval_scope": "global"})
+
+
+def test_calibrated_setting_is_the_default_and_flags_still_win(prepared, tmp_path):
+    from sglang_hs.eval.calibrate import write_calibration
+
+    ckpt = tmp_path / "calibrated"
+    ckpt.mkdir()
+    (ckpt / "config.json").write_text(open(f"{prepared}/config.json").read())
+    setting = {"retrieval_ratio": 0.25, "retrieval_scope": "layer", "prefill": {"s_k": 0.0, "s_v": 1.0},
+               "decode": {"s_k": 0.0, "s_v": 1.0}, "sink_tokens": 64, "window_tokens": 512}
+    write_calibration(ckpt, {"setting": setting, "chosen": "test"})
+    assert [p.name for p in ckpt.iterdir()] == ["config.json"]  # nothing half-written beside it
+    s = resolve(str(ckpt), {})
+    assert s.recipe == "calibrated" and (s.prefill.s_v, s.decode.s_v, s.sink_tokens, s.window_tokens) == (1.0, 1.0, 64, 512)
+    assert [g.retrieval for g in s.layers] == [(0,)]
+    s = resolve(str(ckpt), {"retrieval_ratio": 1.0, "decode_sv": 0.0})
+    assert [g.retrieval for g in s.layers] == [(0, 1, 2, 3)] and s.decode.s_v == 0.0 and s.prefill.s_v == 1.0
 
 
 @pytest.mark.slow
