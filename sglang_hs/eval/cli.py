@@ -7,6 +7,7 @@
   hs-eval run    --settings ... --simulate ...                                      (the method in transformers)
   hs-eval report DIR/results.json [...] --out DIR                                   (re-render / merge)
   hs-eval compare A/results.json B/results.json                                     (same prompts, two runs)
+  hs-eval lm-eval --settings stock,default [--tasks niah_single_1,...] --out DIR    (lm-eval's RULER, per server)
   hs-eval calibrate PREPARED [task options] [--device cuda --dtype bfloat16]        (write the quality-safe setting)
   hs-eval settings                                                                  (list the presets)
 """
@@ -22,6 +23,7 @@ import time
 from pathlib import Path
 
 DEFAULT_CKPT_ROOT = Path.home() / ".cache" / "hs" / "eval_checkpoints"
+LM_EVAL_TASKS = ("niah_single_1", "niah_multikey_2", "niah_multikey_3", "ruler_vt", "ruler_cwe", "ruler_fwe")  # generated, no download
 
 
 def _floats(text: str) -> list[float]:
@@ -106,6 +108,19 @@ def build_parser() -> argparse.ArgumentParser:
     rep = sub.add_parser("report", help="render results.json file(s) to markdown + PNG")
     rep.add_argument("results", nargs="+")
     rep.add_argument("--out", required=True)
+
+    lm = sub.add_parser("lm-eval", help="lm-eval's RULER tasks against a server per setting (a suite written elsewhere)")
+    lm.add_argument("--settings", type=_names, default=["stock", "default"])
+    lm.add_argument("--tasks", type=_names, default=list(LM_EVAL_TASKS), help="lm-eval task names")
+    lm.add_argument("--lengths", type=_ints, default=[4096], help="RULER max_seq_lengths (lm-eval reports 4096 and up)")
+    lm.add_argument("--limit", type=int, default=50, help="samples per task")
+    lm.add_argument("--model", default=None)
+    lm.add_argument("--ckpt-root", default=str(DEFAULT_CKPT_ROOT))
+    lm.add_argument("--device", default="cpu")
+    lm.add_argument("--dtype", default="float32")
+    lm.add_argument("--concurrency", type=int, default=4)
+    lm.add_argument("--server-arg", action="append", default=[])
+    lm.add_argument("--out", required=True)
 
     cmp = sub.add_parser("compare", help="two runs over the same prompts (e.g. served and --simulate), setting by setting")
     cmp.add_argument("a")
@@ -349,6 +364,46 @@ def cmd_calibrate(args) -> int:
     return 0
 
 
+def cmd_lm_eval(args) -> int:
+    try:
+        import lm_eval
+    except ImportError:
+        raise ValueError("hs-eval lm-eval needs lm-eval (pip install 'lm-eval[ruler]')") from None
+    from .runner import Server
+    from .settings import preset, prepare_checkpoint
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    command = "hs-eval " + " ".join(shlex.quote(a) for a in (sys.argv[1:] if args.argv is None else args.argv))
+    report = {"command": command, "date": time.strftime("%Y-%m-%d %H:%M %Z"), "machine": _machine(),
+              "lm_eval": lm_eval.__version__, "settings": {}}
+    settings = [preset(n) for n in args.settings]
+    ckpts = [prepare_checkpoint(s, Path(args.ckpt_root), args.model) for s in settings]
+    tokenizer = str(ckpts[0])
+    for setting, ckpt in zip(settings, ckpts):
+        with Server(ckpt, setting.hs_flags(), out / f"server_{setting.name}.log", device=args.device, dtype=args.dtype,
+                    context_length=max(args.lengths) + 256, extra=args.server_arg, stock=setting.engine == "stock") as server:
+            res = lm_eval.simple_evaluate(
+                model="local-completions", tasks=args.tasks, limit=args.limit, log_samples=False,
+                model_args={"model": "default", "base_url": f"{server.url}/v1/completions", "tokenizer": tokenizer,
+                            "tokenized_requests": False, "num_concurrent": args.concurrency, "max_retries": 1},
+                metadata={"max_seq_lengths": args.lengths, "tokenizer": tokenizer})
+        scores = {task: {str(n): res["results"][task].get(f"{n},none") for n in args.lengths} for task in args.tasks}
+        report["settings"][setting.name] = scores
+        (out / "lm_eval.json").write_text(json.dumps(report, indent=1))
+        print(f"{setting.name}: {json.dumps(scores)}", flush=True)
+    lines = [f"Command: `{command}`", "", f"Date {report['date']}; machine: {report['machine']}; lm-eval {report['lm_eval']}; "
+             f"{args.limit} samples a task, greedy, scores are lm-eval's RULER string match.", "",
+             "| setting | " + " | ".join(f"{t} {n}" for t in args.tasks for n in args.lengths) + " |",
+             "|---|" + "---|" * (len(args.tasks) * len(args.lengths))]
+    for name, scores in report["settings"].items():
+        lines.append(f"| {name} | " + " | ".join("n/a" if scores[t][str(n)] is None else f"{scores[t][str(n)]:.2f}"
+                                                 for t in args.tasks for n in args.lengths) + " |")
+    (out / "lm_eval.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
 def cmd_compare(args) -> int:
     from .report import compare_table
 
@@ -376,7 +431,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.argv = argv
     try:
-        return {"tasks": cmd_tasks, "run": cmd_run, "report": cmd_report, "calibrate": cmd_calibrate, "compare": cmd_compare,
+        return {"tasks": cmd_tasks, "run": cmd_run, "report": cmd_report, "calibrate": cmd_calibrate, "compare": cmd_compare, "lm-eval": cmd_lm_eval,
                 "settings": cmd_settings}[args.cmd](args)
     except (ValueError, OSError, RuntimeError) as e:  # EvalError is a RuntimeError
         return _fail(str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__)
