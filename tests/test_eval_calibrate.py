@@ -76,3 +76,12 @@ def test_an_unprepared_checkpoint_is_refused(tmp_path):
     tiny = tiny_model(str(tmp_path / "m"), layers=1)
     with pytest.raises(ValueError, match="not a prepared checkpoint"):
         write_calibration(tiny, {"setting": {}})
+
+
+def test_a_window_that_covers_the_prompts_is_not_evidence(prepared):
+    # streaming loses answers with the narrow window; the wide one (2560 tokens) would see all of a 1024-token prompt
+    measure, tried = fake_measure(lambda hs: {"a": 10, "b": 9} if hs["retrieval_ratio"] == 1.0 and not hs["decode_sv"]
+                                  else {"a": 2, "b": 2})
+    best = climb(Ladder(prepared, measure, 0.95, 1024, lambda m: None))
+    assert not any(name.endswith("-wide") for name in tried)
+    assert best["name"] == "stock" and best["kv_vs_dense"] == 1.0
