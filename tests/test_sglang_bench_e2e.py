@@ -14,10 +14,10 @@ from sglang_hs.settings import resolve  # noqa: E402
 
 def test_shape_checkpoint_is_a_prepared_llama_8b(tmp_path):
     model = write_shape_checkpoint(tmp_path / "m", LLAMA_31_8B, retrieval_ratio=0.5)
-    settings = resolve(str(model), hs_args={})
+    settings = resolve(str(model), hs_args={"retrieval_ratio": 0.5})
     assert len(settings.layers) == 32 and settings.num_kv_heads == 8
     assert all(g.retrieval == (0, 1, 2, 3) and g.streaming == (4, 5, 6, 7) for g in settings.layers)
-    assert settings.recipe == "llama"
+    assert settings.recipe == "conservative"  # no calibration in a shape checkpoint
 
 
 def test_report_ratios():

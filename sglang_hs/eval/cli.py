@@ -2,7 +2,7 @@
 
   hs-eval tasks  --tokenizer DIR [task options] --output tasks.jsonl
   hs-eval run    --url http://HOST:PORT [--name NAME] [task options] --out DIR       (a live server)
-  hs-eval run    --settings full,aoh-s33,... [--ckpt-root DIR] [task options] --out DIR (starts one server per setting)
+  hs-eval run    --settings stock,full,aoh-s50,... [--ckpt-root DIR] [task options] --out DIR (a server per setting)
   hs-eval run    --settings ... --in-process ...                                    (sglang.Engine in this process)
   hs-eval run    --settings ... --simulate ...                                      (the method in transformers)
   hs-eval report DIR/results.json [...] --out DIR                                   (re-render / merge)
@@ -220,9 +220,10 @@ def cmd_run(args) -> int:
         stats = info.get("hs_stats") or {}
         if model_path and (Path(model_path) / "config.json").is_file() and stats.get("settings"):
             s = stats["settings"]
-            facts = checkpoint_facts(Path(model_path))
             hs = {"decode_sk": s["decode"]["s_k"], "decode_sv": s["decode"]["s_v"], "prefill_sk": s["prefill"]["s_k"],
                   "prefill_sv": s["prefill"]["s_v"], "sink_tokens": s["sink_tokens"], "window_tokens": s["window_tokens"]}
+            facts = checkpoint_facts(Path(model_path), hs)
+            facts["retrieval_groups"] = round(s["retrieval_fraction"] * facts["total_groups"])  # the server's split
         results.update(haystack_sources=sorted({s.haystack_source for s in samples}), task_fingerprint=fingerprint(samples))
         log(f"{len(samples)} samples against {args.url} ({args.mode})")
         t0 = time.time()

@@ -199,13 +199,15 @@ def make_sample(builder: Builder, task: str, length: int, depth: float | None, i
                      for k, v in zip(ks[:max(1, n_questions)], vs)]
         max_new = 10
         extra["distractors"] = n_needles - 1
-    elif task == "niah_multivalue":  # one key, four values at four depths (the queried depth first); all four asked
-        k = _key(rng, keys)
-        vs = [_number(rng, 7, nums) for _ in range(4)]
-        pos = [depth] + [rng.random() for _ in range(3)]
-        needles = [(p, f"One of the special magic numbers for {k} is: {v}.") for p, v in zip(pos, vs)]
-        questions = [Question(f"What are all the special magic numbers for {k} mentioned in the provided text?",
-                              f"The special magic numbers for {k} mentioned in the provided text are", vs)]
+    elif task == "niah_multivalue":  # a key with four values (the first at the queried depth); all four asked
+        needles, questions = [], []
+        for j in range(max(1, n_questions)):  # more questions: more keys, four values each
+            k = _key(rng, keys)
+            vs = [_number(rng, 7, nums) for _ in range(4)]
+            pos = ([depth] if j == 0 else [rng.random()]) + [rng.random() for _ in range(3)]
+            needles += [(p, f"One of the special magic numbers for {k} is: {v}.") for p, v in zip(pos, vs)]
+            questions.append(Question(f"What are all the special magic numbers for {k} mentioned in the provided text?",
+                                      f"The special magic numbers for {k} mentioned in the provided text are", vs))
         max_new = 48
     else:  # vt: one chain of 4 hops spread over the context, one question per chain
         n_chains = max(1, n_questions)
