@@ -10,7 +10,7 @@ x 8 KV heads (Triton, and TileLang where installed; a loss-only pass as serving'
 cuDNN causal prefill of the same 32K tokens.
 Timing: triton.testing.do_bench (median), inputs far larger than L2; the CUDA decode at its default launch also
 alternating with cuDNN call by call (``timing.alternating``, queued: no sync between calls), its ratio against
-cuDNN in the same turns (one power state for both: kernels/BENCHMARKS.md, forty-first session).
+cuDNN in the same turns (one power state for both: docs/kernels.md, Measuring).
 """
 
 import argparse

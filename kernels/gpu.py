@@ -83,9 +83,8 @@ SPLIT_OVERHEAD_BLOCKS = 2  # a split's fixed cost (Q, entries, partials, combine
 def wave_splits(programs: int, blocks: int, resident: int, overhead: int = SPLIT_OVERHEAD_BLOCKS) -> int:
     """Splits of ``blocks`` KV blocks for each of ``programs`` (sequence, KV head) pairs, when the GPU
     runs ``resident`` programs at once: the fewest that minimise (waves of programs) x (blocks per split
-    + ``overhead``), the time of a kernel whose last wave may run part-empty. On the H200's
-    sweeps at B=8, 32K (kernels/BENCHMARKS.md, seventh session) this orders the four split counts timed
-    for CUDA decode v2 (12 resident per SM) as measured, and picks one within 2 % of v3's best."""
+    + ``overhead``), the time of a kernel whose last wave may run part-empty (it picks the CUDA decode's best
+    measured split count or one within 2 % of it: docs/kernels.md)."""
     best_cost, best = None, 1
     for asked in range(1, blocks + 1):
         per = -(-blocks // asked)
@@ -114,13 +113,12 @@ def _sm_major(device: torch.device) -> int:  # asked on every decode step and pr
 
 def triton_decode_splits(batch: int, h_kv: int, max_blocks: int, sms: int, tile_rows: int = 1) -> int:
     """Default split count of the Triton decode: about 4 programs per SM over all (split, KV head,
-    sequence), at least 8 blocks per split. The H200's sweeps at B=8, 32K (kernels/BENCHMARKS.md) put 8
-    splits at or within 1 % of the best; ``wave_splits`` with the compiled kernel's residency picked 10,
-    which ran 27 % slower at S = 1/1 (eighth session).
+    sequence), at least 8 blocks per split: at or within 1 % of the best measured, where ``wave_splits`` picked a
+    count 27 % slower at S = 1/1.
     ``tile_rows`` > 1 (grouped rows, ``batch`` counting tiles): about 2 programs per SM, the two that fit one (245
     registers x 4 warps, 84 KB of shared memory), down to one block per split. Their programs wait on each block's
-    loads, so more of them in flight pays and a longer walk does not: on an H100, 65 splits took one tile of a 4K
-    prefix from 47.6 to 24.2 us (thirty-seventh session, kernels/BENCHMARKS.md)."""
+    loads, so more of them in flight pays and a longer walk does not (one tile of a 4K prefix: 24.2 us at 65
+    splits against 47.6 at the one-row rule, on an H100; docs/kernels.md)."""
     per_sm, min_blocks = (4, 8) if tile_rows == 1 else (2, 1)
     splits = max(1, (per_sm * sms) // max(1, batch * h_kv))
     return max(1, min(splits, max(1, max_blocks // min_blocks)))
@@ -318,8 +316,8 @@ def decode_tile_rows(group: int, head_dim: int) -> int:
 
 def decode_stages(tile_rows: int, head_dim: int) -> int:
     """Default pipeline stages of the Triton decode: 3 for grouped rows up to head_dim 128, 0.5-3 % faster than 2 in
-    all eight shapes of kernels/probes/grouped_decode.py with the same shared memory (H100, thirty-eighth session);
-    else 2 (one row a program; grouped rows at d 256, whose spills 3 stages double)."""
+    all eight shapes of kernels/probes/grouped_decode.py with the same shared memory (H100); else 2 (one row a
+    program; grouped rows at d 256, whose spills 3 stages double)."""
     return 3 if tile_rows > 1 and head_dim <= 128 else 2
 
 
@@ -376,44 +374,34 @@ def prefill_supported(q: torch.Tensor, k: torch.Tensor, k_pool: BlockPool, v_poo
 
 def prefill_launch(head_dim: int) -> tuple[int, int, int]:
     """Default ``(block_m, num_warps, num_stages)`` of the Triton prefill: 128 rows x 8 warps x 3 stages,
-    the fastest measured on the H200 at head_dim 128 (kernels/BENCHMARKS.md). At head_dim 256 that tile
+    the fastest measured on the H200 at head_dim 128 (docs/kernels.md). At head_dim 256 that tile
     needs 256 KB of shared memory and the H200 has 227 KB per block, so 64 rows x 4 warps (224 KB), the
     tiling the GPU tests run there (``python -m hs_kernels.resources`` prints both)."""
     return (64, 4, 3) if head_dim > 128 else (128, 8, 3)
 
 
-# programs reading each prefix block from which copying a 2:4 prefix dense first pays, on the H200 with enough block
-# reads (DENSIFY_MIN_BLOCK_READS; kernels/BENCHMARKS.md, twenty-second session): 64-token chunks (2 readers) after mixed
-# prefixes of 32K-64K gained 1.15-1.91x (16K, under the block reads: 0.78x), 128-token ones (4) after an all-sparse
-# 64K 1.35x (32K, under the block reads: 1.05x); the eighth session's losses at 2 and 4 came before a faster copy
+# programs reading each prefix block from which copying a 2:4 prefix dense first pays (measured: docs/kernels.md)
 DENSIFY_MIN_READERS = {"mixed": 2, "sparse": 4}
-# block reads (readers x used prefix blocks) from which the copy's fixed cost (a copy kernel and some ten small ops) is
-# paid back, by what the prefix's entries hold, measured on the H200 (kernels/BENCHMARKS.md, seventeenth session): a
-# mixed prefix gained 1.14-1.26x from 1056-1152 (0.80x at 288), an all-2:4 one from 4104 (0.98x at 1056, 0.90x at
-# 1152), a dense one (where the TMA path copies it) 1.10x at 16512 (0.90x at 4224); 256-4096 token chunks after
-# 2:4 prefixes of 1-16 blocks ran 1.02-2.4x faster without the copy
+# block reads (readers x used prefix blocks) that pay back the copy's fixed cost, by what the prefix holds
 DENSIFY_MIN_BLOCK_READS = {"dense": 1 << 13, "mixed": 1 << 10, "sparse": 1 << 12}
 DENSIFY_MAX_BYTES = 1 << 30  # the transient dense copy of one call's prefix (K and V) at most
 
 
 def prefill_chunk_n(prefix_len: int, block_m: int, tma: bool = False) -> int:
     """Default keys per tile of the chunk's own keys: 128 without a prefix (the one-shot prefill, 5 %
-    faster on the H200) or through TMA (4 x 8K chunked, tenth session: faster at 16 of 18 same-call A/B rows,
-    by up to 3.1 %, 1 % slower at most), 64 after a prefix with pointer loads (128 was 2-7 % slower there;
-    kernels/BENCHMARKS.md)."""
+    faster on the H200) or through TMA (4 x 8K chunked: faster at 16 of 18 same-call A/B rows, by up to 3.1 %, 1 %
+    slower at most), 64 after a prefix with pointer loads (128 was 2-7 % slower there; docs/kernels.md)."""
     return 128 if (prefix_len == 0 or tma) and block_m >= 128 else 64
 
 
 def prefill_prefix_n(block_m: int) -> int:
     """Default keys per tile of a dense or densified prefix: two blocks (128) where the query tile has 128
-    rows (on the H200, 4 x 8K chunked: 21.3 -> 19.8 ms over a dense prefix, 23.1 -> 20.6 over a densified
-    2:4 one; kernels/BENCHMARKS.md, eighth session), else one."""
+    rows (on the H200, 4 x 8K chunked: 19.8 ms against 21.3 with one block a tile over a dense prefix, 20.6 against
+    23.1 over a densified 2:4 one), else one."""
     return 128 if block_m >= 128 else 64
 
 
-# chunk tokens from which the chunk's keys come through TMA by default: on the H200 a 32K one-shot prefill ran
-# 18.2 -> 15.7 ms with it, while a 64-token question after 32K, whose time is mostly host work, ran 5-10 %
-# slower (the descriptors' host cost); lengths in between were not measured (kernels/BENCHMARKS.md, ninth session)
+# chunk tokens from which the chunk's keys come through TMA: long chunks gain, short ones pay the descriptors' host cost
 TMA_MIN_TOKENS = 1024
 
 
@@ -499,31 +487,8 @@ def prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     return triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len, scale, **options)
 
 
-# "auto" takes the CUDA prefix path from CUDA_PREFIX_MIN_KEYS keys of 2:4 prefix blocks and CUDA_PREFIX_MIN_PAIRS query
-# tokens x those keys: the gain grows with the pairs, the host work (a sync, the Triton part, the merge, the rescue)
-# does not. On the H200 (kernels/BENCHMARKS.md, sixteenth session) 8K chunks won after 16K and
-# 32K prefixes (1.08-1.21x) whatever the prefix's last blocks; chunks of 256-1K tokens won after a 32K prefix of whole
-# 2:4 blocks (1.07-1.38x, once 0.78x) but lost where the prefix ends in a partial block or dense blocks, as served
-# prefixes do (0.86-0.96x: the Triton part then has a prefix of its own). A CTA walks its part of the prefix: a chunk
-# whose CTAs fill fewer than CUDA_PREFIX_MIN_WAVES waves splits the prefix among more (cuda_prefix_splits): the
-# kernel's time over 1-16 splits at 256 and 1K tokens after 32K fits waves x (blocks per split + 9) within 3 %.
-# With the prefix's split in one launch (twentieth session) the Triton path's time grows with the prefix (256 tokens:
-# 0.47 ms after 32778 keys, 0.90 after 65546, 1.75 after 131082) while the CUDA path's host time is some 0.4-0.7 ms a
-# call on most machines, so after a long prefix (CUDA_PREFIX_LONG_KEYS 2:4 keys) it pays from fewer pairs
-# (CUDA_PREFIX_LONG_MIN_PAIRS): after served 41994-131082 token prefixes, 256-1024 token chunks ran 1.17-2.1x faster
-# back to back. But one machine's host took 1.05 ms (32778 tokens, 256-512 token chunks: 0.45-0.71x), so the bar asks
-# for pairs where the Triton path's GPU time alone exceeds about 1.1 ms (kernels/BENCHMARKS.md, twentieth session).
-# A caller that finds the split beforehand (prefix_splits: one sync for all layers) saves the call's sync: after
-# served 65546- and 131082-token prefixes the CUDA path with the split given ran 64-256 token chunks 1.7-4.0x faster
-# than Triton on two machines, one of them a slow host, all but 128 tokens after 65546 (0.76x, where Triton is at its
-# fastest); so with a given split it runs from 64 query tokens of CUDA_PREFIX_LONG_KEYS keys (twenty-first session).
-# Shorter prefixes with the split given: after a served 32778-token prefix the CUDA path ran 1024-4096 token chunks
-# faster than Triton on every machine measured, slow hosts included (H200s 0.90-0.95 / 1.75-1.78 / 3.76-3.90 ms
-# against 1.06-1.10 / 2.10-2.14 / 4.42, twentieth session; an H100 0.91-0.95 / 3.85-4.10 against 1.05 / 4.36-4.41,
-# thirtieth), 1024 after 28682 too (0.82 against 0.95), but lost at 1024 after 24586 (0.95 against 0.83) and at 256-512
-# on a slow host: CUDA_PREFIX_GIVEN_PAIRS from CUDA_PREFIX_MIN_KEYS keys puts the edge between those. Checked on an
-# H100 (thirty-fourth session): CUDA with the split given was faster in every row of 512-4096 after 24586-32778, so
-# the rows this bar leaves to Triton (512; 1024 after 24586) lose 0.1-0.3 ms there, as they did before it.
+# "auto" takes the CUDA prefix path where its gain, which grows with query tokens x prefix keys, beats its fixed host
+# work (a sync, the Triton part, the merge, the rescue); the bars and their measurements: docs/kernels.md
 CUDA_PREFIX_MIN_WAVES = 4
 CUDA_PREFIX_MIN_KEYS = 1 << 14
 CUDA_PREFIX_MIN_PAIRS = 1 << 27
@@ -531,9 +496,7 @@ CUDA_PREFIX_LONG_KEYS = 5 << 13
 CUDA_PREFIX_LONG_MIN_PAIRS = 3 << 23
 CUDA_PREFIX_GIVEN_MIN_PAIRS = 64 * CUDA_PREFIX_LONG_KEYS
 CUDA_PREFIX_GIVEN_PAIRS = 3 << 23
-# dense keys (``prefix_keys``) pay once the chunk's query rows per KV head (tokens x GQA ratio) outweigh the copy,
-# which scales with the prefix as the gain does: after a served 32K prefix, Llama's heads, H100, copy included,
-# 4096 tokens 1.022x, 8192 1.038x (forty-second session); 2048 about even by that gain's scaling, so not taken
+# dense keys (``prefix_keys``) pay once the chunk's query rows per KV head outweigh the copy (it grows with the prefix)
 CUDA_PREFIX_DENSE_KEYS_MIN_ROWS = 1 << 14
 CUDA_PREFIX_SPLIT_OVERHEAD_BLOCKS = 9  # a CTA's fixed cost (Q, the pipeline's fill, its part's output) in blocks
 
@@ -692,11 +655,8 @@ def prefix_keys(k_pool: BlockPool, k_index: torch.Tensor) -> torch.Tensor:
     return out
 
 
-# A chunk's 2:4 keys read decompressed and stored dense give the same scores, and the kernel's dense-key S takes Q
-# from registers, not Q^T from shared memory, which bounds it; the copy (``chunk_keys``) pays from about this many
-# query rows per KV head. Against the 2:4 keys, copy included (H100, calls timed alone; kernels/BENCHMARKS.md,
-# forty-third session): 32/8 heads 8K 0.95x, 16K 1.02x at the power cap and 0.98x at a burst's clocks, 32K
-# 1.06x and 1.01x; 9/3 heads d 64 8K 0.87x, 16K 0.97x, 24K 1.05x, 32K 1.04x
+# a chunk's 2:4 keys copied dense (``chunk_keys``) pay from this many query rows per KV head: the dense-key S reads
+# less shared memory, which bounds the kernel (docs/kernels.md)
 COMPRESSED_DENSE_KEYS_MIN_ROWS = 1 << 16
 
 
@@ -830,14 +790,10 @@ def triton_prefill(q, k, v, k_pool, v_pool, k_index, v_index, prefix_len: int, s
     lse = torch.empty(t, h_q, dtype=torch.float32, device=q.device) if lse is None else lse
     used = -(-prefix_len // BLOCK_SIZE)
     programs = prefill_programs(t, h_q, h_kv, block_m, hg)
-    # the pools stand for the entries' kinds where the caller does not give them: knowing the entries' costs a host
-    # sync, which made chunks of 64-512 tokens after served (mixed) prefixes 1.3-2.8x slower back to back
-    # (kernels/BENCHMARKS.md, eighteenth session)
+    # the pools stand for the entries' kinds unless given: reading the entries' kinds would cost a host sync per call
     k_mode, v_mode = kinds or (_pool_kinds(k_pool), _pool_kinds(v_pool))
     tma_pairs = tma and prefix_n == 2 * BLOCK_SIZE and prefix_len >= prefix_n
-    # under TMA pairs a prefix whose copy pays is copied whole whatever its blocks, so that each pair is one bulk copy
-    # at a known place (dense prefixes too: 4 x 8K chunked on the H200, 19.18 -> 16.40 ms, kernels/BENCHMARKS.md, eleventh
-    # session)
+    # under TMA pairs a prefix whose copy pays is copied whole, dense ones too: each pair one bulk copy at a known place
     prefix_tma = tma_pairs and (densify or (densify is None and prefix_copy_pays(
         programs // h_kv, prefix_kind(k_mode, v_mode), h_kv, used, d, q.element_size())))
     if prefix_tma:
@@ -1061,7 +1017,7 @@ def compress_magnitude(blocks: torch.Tensor, operand: str, values: torch.Tensor 
     ``BlockPool.values``/``.meta``) and ``slots [N]`` int32, block ``n`` is written to slot
     ``slots[n]`` (not at all where ``slots[n] < 0``: a loss-only pass); without them, fresh
     ``[N, ...]`` tensors are returned. Returns ``(values, meta, loss [N] float32)``.
-    ``kernel``: "triton" (``triton_compress``, the default: faster on the H200, kernels/BENCHMARKS.md)
+    ``kernel``: "triton" (``triton_compress``, the default: 2.6x faster on the H200)
     or "tilelang" (``tl_compress``, float16/bfloat16); off CUDA the reference runs. No host sync:
     slots are not range-checked on the GPU path (they must be < the pool's slot count).
     """
@@ -1098,7 +1054,7 @@ def compress_magnitude(blocks: torch.Tensor, operand: str, values: torch.Tensor 
 def triton_compress(blocks, operand: str, slots, values, meta, loss, num_warps: int = 4) -> None:
     """Launch the Triton compressor on checked inputs (also under Triton's CPU interpreter): ``blocks [N, 64, D]``
     contiguous, or ``[H, C, 64, D]`` whose block ``(h, c)`` is block ``h C + c`` (any strides but the last); 4 warps
-    measured fastest on the H200 (kernels/BENCHMARKS.md)."""
+    measured fastest on the H200."""
     from . import triton_compress as tc
 
     bits, inf = _COMPRESS_BITS[blocks.dtype]

@@ -1,7 +1,7 @@
 """Registers, local-memory spills and shared memory of the shipped GPU kernel variants, compiled for
 sm_90 on any machine with ``nvcc`` (no GPU needed): the Triton kernels through ``triton.compile`` and
 ``ptxas -v`` on their PTX, the CUDA decode and prefill through ``nvcc -Xptxas -v``. A spill is a slowdown that
-no CPU test sees otherwise (the TileLang prefill's 8-10 KB per thread went unnoticed for two sessions).
+no CPU test sees otherwise (the TileLang prefill once spilled 8-10 KB per thread unnoticed).
 
     python -m hs_kernels.resources [--tilelang]
 
@@ -22,37 +22,29 @@ from pathlib import Path
 ARCH = 90
 MAX_SHARED = 227 * 1024  # sm_90's largest shared memory per block (opt-in): a variant above cannot launch
 
-# Spills found when this check was written (sixth session), not yet fixed: a launch change is made with
-# device figures, not on CPU. Candidates, spill-free (or nearly) on this check: 8 warps for the streaming
-# kernel at 128 rows (d 128: 207 registers) and at d 256 / 64 rows, 4 warps for the d 256 decode, 8 warps
-# for compressing d 256 V, 8 warps for the d 256 prefill (0-136 bytes). Bytes per thread (stores + loads);
-# anything else must not spill at all.
-# Thirtieth session: the streaming kernel's split count became a runtime value (one compile for every count), a few
-# bytes either way (d 128 rows 128 in place 496 -> 504).
+# Known spills, bytes per thread (stores + loads); anything else must not spill at all. A launch change is made on
+# device figures, not on this check: spill-free (or nearly) candidates here are 8 warps for the streaming kernel at 128
+# rows (d 128: 207 registers; measured slower) and at d 256 / 64 rows, 4 warps for the d 256 decode, 8 warps for
+# compressing d 256 V, 8 warps for the d 256 prefill (0-136 bytes).
 KNOWN_SPILLS = {"stream d128 rows 128": 612, "stream d256 rows 64": 716, "stream d256 rows 128": 5336,
-                # twenty-third session: the same kernel reading keys through the pool's rows (serving), about the same
+                # the same kernel reading keys through the pool's rows (serving)
                 "stream d128 rows 128 in place": 504, "stream d256 rows 64 in place": 704,
                 "stream d256 rows 128 in place": 5340,
                 "decode d256 K1 V1": 8, "decode d256 K3 V3": 3202, "compress v d256": 2300,
-                "decode d256 K3 V3 paged": 3096,  # twenty-fourth session: the maps read through the pages, as above
-                "decode d256 K3 V3 paged, 8 rows a program": 236,  # thirty-sixth: 32 tile rows, the fewest that pack
+                "decode d256 K3 V3 paged": 3096,  # the maps read through the pages
+                "decode d256 K3 V3 paged, 8 rows a program": 236,  # 32 tile rows, the fewest that pack
                 "prefill d256 K1 V1": 248, "prefill d256 K1 V1 split": 224, "prefill d256 K2 V2": 112,
                 "prefill d256 K2 V2 split": 164, "prefill d256 K3 V3": 3248, "prefill d256 K3 V3 split": 3332,
                 "prefill d256 K1 V1 TMA": 180, "prefill d256 K2 V2 TMA": 88, "prefill d256 K3 V3 TMA": 3172,
-                # ninth session: the softmax scale in exp2's FMA; on the H200 this pointer variant ran as fast as
-                # before (18.22 vs 18.21 ms, 32K), and chunks from gpu.TMA_MIN_TOKENS take its TMA twin (212
-                # registers, no spill)
+                # its spill costs no measured time; chunks from gpu.TMA_MIN_TOKENS take its spill-free TMA twin
                 "prefill d128 one shot": 96,
-                # fourteenth session: the CUDA Trans-Both prefill at 160 registers per consumer thread (setmaxnreg);
-                # GQA 4 measured on the H200 as it is (kernels/BENCHMARKS.md), GQA 1 tested, not timed; fifteenth
-                # session, dense keys with Q's fragments in registers: one reload per block at GQA 8 and above
+                # the CUDA Trans-Both prefill at 160 registers per consumer thread (setmaxnreg; GQA 4 timed as it is);
+                # dense keys (Q's fragments in registers): one reload per block from GQA 8
                 "cuda prefill G4 K sparse": 8, "cuda prefill G1 K sparse": 116, "cuda prefill G1 K dense": 12,
                 "cuda prefill G8 K dense": 16, "cuda prefill G16 K dense": 16, "cuda prefill G64 K dense": 16,
-                # twenty-fifth session: GQA ratios not dividing 64; odd ones test the causal mask per row, as G 1 does
-                # (built and checked on CPU, not yet run on the GPU)
+                # GQA ratios not dividing 64; odd ones test the causal mask per row, as G 1 does
                 "cuda prefill G3 K sparse": 172, "cuda prefill G7 K sparse": 172, "cuda prefill G7 K dense": 16,
-                # twenty-eighth session: fp16 (run on the H200 in the twenty-ninth); 2:4 keys spill as bf16 does (G 6:
-                # 8 bytes more), dense keys 16 bytes
+                # fp16: 2:4 keys spill as bf16 does (G 6: 8 bytes more), dense keys 16 bytes
                 "cuda prefill G1 K sparse fp16": 116, "cuda prefill G3 K sparse fp16": 172,
                 "cuda prefill G6 K sparse fp16": 8, "cuda prefill G7 K sparse fp16": 172,
                 **{f"cuda prefill G{g} K dense fp16": 16 for g in (1, 2, 3, 4, 6, 7, 8, 16, 64)}}

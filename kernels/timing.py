@@ -12,8 +12,8 @@ def timeit(fn, iters: int = 20, warmup: int = 3) -> float:
 
 def alternating(*fns, iters: int = 20, warmup: int = 3, queued: bool = False) -> list[float]:
     """Median ms of each of ``fns``, which take turns call by call after ``warmup`` turns: so that they run in one
-    power state (run apart under the H100's 700 W cap, the 2:4 prefill held ~15 % higher clocks than cuDNN,
-    kernels/BENCHMARKS.md, forty-first session). Each call timed alone with a sync after it (``per_call``), or,
+    power state (run apart under the H100's 700 W cap, the 2:4 prefill held ~15 % higher clocks than cuDNN:
+    docs/kernels.md, Measuring). Each call timed alone with a sync after it (``per_call``), or,
     ``queued``, all queued back to back between their events with one sync at the end (``queued_turns``: kernels too
     short to hide their launch behind a sync, and calls that make no host sync)."""
     for _ in range(warmup):

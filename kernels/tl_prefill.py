@@ -426,8 +426,7 @@ HEAD_DIMS = (64, 128)
 # 16-byte stores from the column layout (token-major: 16-bit stores).
 ROWS = 128
 THREADS = 256
-# a chunk whose K and V tiles are all 2:4: 64 rows x one warpgroup, 1.16x faster there on the H200 (26.5 vs
-# 30.8 ms for 32K; slower for every other chunk: kernels/BENCHMARKS.md, seventh session)
+# a chunk whose K and V tiles are all 2:4: 64 rows x one warpgroup, 1.16x faster there on the H200 (slower elsewhere)
 SPARSE_ROWS, SPARSE_THREADS = 64, 128
 STAGES = 2
 P_MAJOR = "k"

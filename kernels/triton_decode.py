@@ -10,7 +10,7 @@ Decode is bandwidth-bound, so the only thing that matters is moving the stored b
 Each block iteration issues *both* the dense and the sparse loads of K and V, masked by the sign of
 the index-map entry: a masked-off load moves no bytes, and with no load inside a branch Triton's
 pipeliner keeps the next blocks' copies in flight while this one is computed (the TileLang kernel's
-load/branch/barrier loop could not, NOTES_GPU.md); only the math branches on the entry. Sparse
+load/branch/barrier loop could not: docs/kernels.md); only the math branches on the entry. Sparse
 blocks are unpacked in registers (the pruned positions become zeros) and go through the same
 ``tl.dot`` as dense ones.
 ``K_MODE`` / ``V_MODE`` (1 dense, 2 sparse, 3 both) compile out the loads a pool cannot need.

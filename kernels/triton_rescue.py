@@ -1,6 +1,6 @@
 """The CUDA prefill's lost rows recomputed on the GPU (``cuda_prefill.rescue``): a row whose scores all lie far below
 the kernel's static softmax offset may have had every exponential flushed to zero. Such rows are rare on real
-activations (4 of 184320 over SmolLM2's layers, kernels/BENCHMARKS.md, eighteenth session), so each program first
+activations (4 of 184320 over SmolLM2's layers: docs/kernels.md), so each program first
 tests its rows and returns at once where none is lost; the others attend with a running maximum (float32 sums) over
 the same 2:4 blocks (as ``triton_prefill`` does), with no host sync."""
 

@@ -14,7 +14,7 @@
 // handed over by mbarriers (full: one producer thread's expected bytes, brought by the tensor memory accelerator;
 // empty: every consumer thread, once its warpgroup's wgmmas that read the stage are done). The consumers
 // never wait for each other: three independent chains (S, exponentials, PV) per SM overlap better than two with
-// FA3's intra-warpgroup overlap (kernels/NOTES_GPU.md). Without a mask, 2:4 keys may be split among gridDim.z CTAs per
+// FA3's intra-warpgroup overlap (docs/kernels.md). Without a mask, 2:4 keys may be split among gridDim.z CTAs per
 // row tile (each a consecutive part of the blocks into its own out / lse part, merged by the caller): a short chunk
 // then fills the SMs.
 // The softmax offset of each row is static (|q| x its KV head's longest key x the scale, log2 units: at least the
@@ -25,7 +25,7 @@
 // through the consumer's own shared buffer (stmatrix .trans) as the second GEMM's B operand; a block's PV is left
 // running while the next block's S is issued (the wait for S covers it, then the stage is released). The 2:4
 // metadata registers are written only where no wgmma is in flight (else ptxas serializes the wgmmas, C7513).
-// Layouts as measured by kernels/probes/wgmma_sp_layout.cu and wgmma_tile_layout.cu (kernels/NOTES_GPU.md).
+// Layouts as measured by kernels/probes/wgmma_sp_layout.cu and wgmma_tile_layout.cu (docs/kernels.md).
 // fp16 (HS_FP16): S is an fp16 GEMM, but P stays bf16, since fp16's range (2^-24 .. 2^16) cannot hold the static
 // offset's exponentials; so V must reach the PV GEMM in bf16: the producer warpgroup's other three warps round each
 // staged V block in place and hand the stage to the consumers by a ready mbarrier of its own (loading V from global

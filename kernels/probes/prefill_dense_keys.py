@@ -1,7 +1,7 @@
 """Whether the 2:4 prefill is faster with its keys 2:4 on the sparse tensor cores or pruned to 2:4 and stored dense
 (zeros where pruned: the same scores), at one clock. The Trans-Both form reads Q^T from shared memory as S's B operand
 for every block, dense keys take Q from registers (kernels/cuda/prefill_sp.cu): 8 KB less shared-memory traffic per
-64 x 64 block, and shared memory is what bounds the kernel (kernels/NOTES_GPU.md). One shot, causal, every V tile
+64 x 64 block, and shared memory is what bounds the kernel (docs/kernels.md). One shot, causal, every V tile
 2:4, at each of ``--tokens``; cuDNN, the 2:4 keys, the dense keys alone, and the dense keys with their copy (by
 ``gpu.prune_tiles`` from k, or by ``gpu.chunk_keys`` from the compressed chunk) take turns call by call, each call
 timed alone (``timing.per_call``), with ``--pause`` seconds idle before each (0: at the power cap; 0.5: a burst's

@@ -1,4 +1,4 @@
-"""Where the 2:4 prefill's entry point spends its time over the launch (0.4 ms at 32K in the forty-first session): the
+"""Where the 2:4 prefill's entry point spends its time over the launch (a few tenths of a ms at 32K): the
 32K causal one shot (Llama-3.1-8B shapes, S = 1/1), each variant timed alone per call (events, a sync after each),
 all alternating call by call (one clock), then each variant's host time (a host clock around the call, after a
 sync; the GPU idles meanwhile only where the call syncs). The launches read the chunk's keys as the entry point

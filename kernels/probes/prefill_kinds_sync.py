@@ -1,6 +1,6 @@
 """What the host sync for the prefix entries' kinds cost the Triton prefill: chunks of 64-512 tokens after prefixes
 whose entries are mixed, all 2:4 or all dense, in pools holding both kinds (as served), with the kinds from the
-entries (``gpu._entry_kinds``, one host sync per call, as before the eighteenth session) and from the pools (the
+entries (``gpu._entry_kinds``, one host sync per call) and from the pools (the
 default: no sync). Latency (a sync after each call) and back to back (20 calls, then one sync), and whether the
 default copied the prefix dense; Llama-3.1-8B heads, bf16.
 

@@ -1,5 +1,5 @@
 """Whether a served prefix's 2:4 keys are read faster on the CUDA kernel from a dense copy (``gpu.prefix_keys``, as
-the one-shot prefill reads its keys since the forty-second session) than as 2:4 blocks: ``gpu.cuda_prefix_prefill``
+the one-shot prefill reads its keys) than as 2:4 blocks: ``gpu.cuda_prefix_prefill``
 in one part, its split given, 2:4 keys against ``dense_keys=True`` (the copy included), and the copy alone, queued
 back to back call by call (``timing.alternating(queued=True)``: one clock for all). Prefix as served
 (``prefix_path_timing.served_pools``), Llama-3.1-8B heads unless ``--heads``.

@@ -6,7 +6,7 @@ them), the host's time to issue them, and the GPU's busy time per call (the prof
 given" passes the prefix's split (``gpu.cuda_prefix_blocks``, the call's host sync) found once beforehand.
 ``--against DIR``: another tree's kernels folder (``git archive REV kernels | tar -x -C DIR/..``) imported beside this
 one and timed in the same process, the two alternating for ``--rounds`` rounds (separate processes of the same code
-differed by up to 32 % on host-bound calls, kernels/BENCHMARKS.md, nineteenth session). ``--host-profile``: instead,
+differed by up to 32 % on host-bound calls: docs/kernels.md, Measuring). ``--host-profile``: instead,
 where each path's host time goes (cProfile of 50 calls back to back, the functions with the most time of their own),
 for the first chunk length.
 

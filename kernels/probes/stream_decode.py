@@ -1,5 +1,5 @@
 """The streaming decode of a step's layers, inside a CUDA graph of 32 calls: keys gathered and one program per KV head
-(before the twenty-third session) against keys read in place (``k_rows``) and in place with the key blocks split
+against keys read in place (``k_rows``) and in place with the key blocks split
 (``stream_splits``). Llama-3.1-8B's streaming half: 16 query heads, 4 KV heads, d 128, sink 128, window 256.
 
     python kernels/probes/stream_decode.py   (from the repository root: it reads tests/kv_cases.py)
