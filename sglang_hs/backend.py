@@ -393,10 +393,7 @@ class HSAttnBackend(AttentionBackend):
                                                k_idx, v_idx, p, layer.scaling, split=split)
                 parts.append((heads_r, out))
             if store.n_s:
-                # an eager extend is host-bound and a sink and window are a few blocks: unsplit (a split's merge
-                # launch costs more than it saves, sglang_hs/BENCHMARKS.md, thirty-fourth session), keys read in
-                # place (two gathers a layer less; on the GPU, 4 us more at decode shapes, H200,
-                # kernels/results/2026-12-03-s23-stream-decode-h200.log)
+                # unsplit, keys read in place: an eager extend is host-bound and a sink and window are a few blocks
                 with span("hs.streaming_attention"):
                     out, _ = streaming_attention(qi[None, :, heads_s], seq.qpos, store.stream_k, store.stream_v, seq.kpos,
                                                  s.sink_tokens, s.window_tokens, layer.scaling, key_blocks=seq.key_blocks,

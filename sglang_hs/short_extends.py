@@ -1,8 +1,8 @@
 """Short extends replayed from CUDA graphs (``--hs-extend-graph-tokens N``).
 
 An eager extend layer costs the host about 0.7 ms whatever its size (five Triton launches and the Python around
-them; sglang_hs/BENCHMARKS.md, thirty-fourth session), so a 64-token question on a cached 4K prefix took three times
-stock SGLang's time to its first token. An extend of at most N tokens (questions on cached prefixes, short prompts)
+them), so eagerly a 64-token question on a cached 4K prefix takes two to three times stock SGLang's time to its first
+token (docs/performance.md). An extend of at most N tokens (questions on cached prefixes, short prompts)
 with no chunk block pruned in flight runs instead as decode rows, one per query token (``HSAttnBackend.decode_layer``:
 the tokens' K/V written, then the decode kernels over each row's blocks and the streaming kernel over its sink and
 window). Those are the keys the prefill path reads, through work that depends on device tensors only: per bucket of
@@ -24,10 +24,8 @@ from .ranges import ranged
 logger = logging.getLogger("sglang_hs")
 
 MIN_ROWS = 8
-# Bounds on the blocks an extend's rows read (per KV head, over all tiles), where their GPU time stays well under the
-# eager extend's host time (about 15 ms for 32 layers): per layer a row's block read cost 0.014 us on an H100 (the CUDA
-# decode), a 16-row tile's 0.126 us (the grouped Triton decode), on top of about 3 ms of the rest; so 8192 row reads
-# or 2048 tile reads cost some 4 or 8 ms (kernels/BENCHMARKS.md, thirty-seventh session)
+# bounds on the blocks an extend's rows read (per KV head, over all tiles) that keep their GPU time well under the
+# eager extend's host time (about 15 ms for 32 layers; a tile's block read costs about nine of a row's: docs/kernels.md)
 MAX_ROW_BLOCKS = 1 << 13  # each row reading its own blocks
 MAX_TILE_BLOCKS = 1 << 11  # a request's rows sharing their reads a tile at a time
 
