@@ -2,7 +2,7 @@
 
     python -m hs_prep.bench_convert [--workdir DIR]
 
-Prints one table; the figures are recorded in prep/BENCHMARKS.md.
+Prints one table; the current figures are in docs/performance.md.
 """
 import argparse
 import os

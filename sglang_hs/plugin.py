@@ -68,7 +68,7 @@ def _check_server_args(self, *args, **kwargs):
     os.environ.setdefault(CONSECUTIVE_PREFILL_OVERLAP, "1")
     # prefill's per-request Python loops and host-side bookkeeping cannot be captured whole; SGLang's breakable
     # prefill graphs run attention eagerly between captured segments (opt-in: same tokens, 98 s more start-up, no gain
-    # on a cached question, whose time is hs's eager attention; sglang_hs/BENCHMARKS.md); decode is captured whole
+    # on a cached question, whose time is hs's eager attention; docs/performance.md); decode is captured whole
     # ("full"), its step metadata included
     if getattr(self, "cuda_graph_backend_prefill", None) != "breakable":
         self.disable_prefill_cuda_graph = True

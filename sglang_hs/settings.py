@@ -106,7 +106,7 @@ class HSSettings:
 
 # ---- flags ----
 
-EXTEND_GRAPH_TOKENS = 64  # a 64-token question after 4K: first token 0.020 s against 0.042 eager (H200, BENCHMARKS.md)
+EXTEND_GRAPH_TOKENS = 64  # a 64-token question after 4K: first token 0.020 s against 0.042 eager (H200, docs/performance.md)
 RESERVE_REQUESTS = 32  # running requests the auto reserve holds sinks and windows for, unless --max-running-requests says
 
 

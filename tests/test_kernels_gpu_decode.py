@@ -166,7 +166,7 @@ def test_decode_through_pages_matches_reference(case, kernel, splits):
 def test_grouped_rows_match_reference(seqs, padding, h_q, h_kv, d, dtype, p_k, p_v, kernel):
     """An extend's rows (``groups``): under "auto" the Triton decode reads a request's blocks once a tile of rows;
     "cuda" reads each row's (the hint changes no result). Three draws of pools, pages and queries: one draw of a
-    shuffled pool once hid a fixture whose padding rows read NO_BLOCK in 2 runs of 5 (thirty-eighth session)."""
+    shuffled pool once hid a fixture whose padding rows read NO_BLOCK in 2 runs of 5."""
     if kernel == "cuda" and not (cuda_decode.available() and cuda_case((1, h_q, h_kv, d))):
         pytest.skip("the CUDA kernel: nvcc, sm_80+, d 64 / 128, G <= 8")
     gen = torch.Generator(device="cuda")

@@ -1,4 +1,4 @@
-"""The measurement probes (kernels/probes: instruction rates and operand layouts behind kernels/NOTES_GPU.md)
+"""The measurement probes (kernels/probes: instruction rates and operand layouts behind docs/kernels.md)
 still compile for sm_90a with the machine's nvcc, so that their figures can be re-measured as documented; and the
 Trans-Both driver's oracle, which its GPU check relies on, is right (on the CPU)."""
 

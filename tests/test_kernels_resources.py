@@ -36,7 +36,7 @@ def test_cuda_decode_does_not_spill():
 
 def test_cuda_prefill_spills_no_more_than_measured():
     """The attention kernel's consumers run at 160 registers (setmaxnreg), where ptxas's allocation is fragile: a
-    spill placed in the loop cost 12 % on the H200 (kernels/BENCHMARKS.md), so none may grow unnoticed."""
+    spill placed in the loop cost 12 % on the H200 (docs/kernels.md), so none may grow unnoticed."""
     usages = resources.cuda_prefill_usage()
     assert len(usages) == 72, usages  # 9 GQA ratios x 2:4 or dense keys x head_dim 128 or 64 x bf16 or fp16
     assert all(u.spill_bytes <= resources.KNOWN_SPILLS.get(u.name, 0) for u in usages), usages

@@ -132,7 +132,7 @@ def test_triton_decode_splits():
     assert gpu.triton_decode_splits(8, 8, 512, 132) == 8
     assert gpu.triton_decode_splits(1, 8, 40, 132) == 5  # at least 8 blocks per split
     assert gpu.triton_decode_splits(64, 8, 512, 132) == 1  # the batch alone fills the GPU
-    # grouped rows: about 2 programs per SM, down to one block per split (the H100's sweep, thirty-seventh session)
+    # grouped rows: about 2 programs per SM, down to one block per split (the H100's sweep, docs/kernels.md)
     assert gpu.triton_decode_splits(1, 4, 65, 132, tile_rows=16) == 65
     assert gpu.triton_decode_splits(4, 4, 1025, 132, tile_rows=16) == 16
     assert gpu.triton_decode_splits(1, 4, 40, 132, tile_rows=16) == 40
@@ -140,7 +140,7 @@ def test_triton_decode_splits():
 
 def test_wave_splits():
     """The CUDA decode's split choice on the H200's measured sweeps (132 SMs; B=8, 32K: 64 programs of
-    512 blocks; kernels/BENCHMARKS.md, seventh session) and at its edges."""
+    512 blocks; docs/kernels.md) and at its edges."""
     from hs_kernels import gpu
 
     assert gpu.wave_splits(64, 512, 12 * 132) == 24  # v2: 24 splits were the fastest (0.221 ms)

@@ -118,7 +118,7 @@ def test_triton_prefill_interpreted_matches_reference():
 
 
 def test_launch_defaults():
-    """The Python-side choices of the default launch (figures behind them: kernels/BENCHMARKS.md)."""
+    """The Python-side choices of the default launch (figures behind them: docs/kernels.md)."""
     from hs_kernels import gpu
 
     assert gpu.prefill_tiles(64, 32, 8) == (4, 2)  # Llama: the 4 heads of a group, 32 tokens per tile

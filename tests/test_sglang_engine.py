@@ -132,7 +132,7 @@ def test_cached_prefix_equals_cold_and_bytes_match_size_model(models, placeholde
 def test_bf16_cached_prefix_equals_cold_bit_for_bit(models, placeholder_log):
     # In bf16 a last-bit fp32 difference in attention flips roundings; the reference attention gives a
     # query the same bits however the prefill was cut (cached prefix + recompute vs one cold chunk), so
-    # cached and cold logprobs must be equal, as stock SGLang's are (sglang_hs/BENCHMARKS.md, bf16).
+    # cached and cold logprobs must be equal, as stock SGLang's are (docs/performance.md, bf16).
     sparse = {"prefill_sk": 1.0, "prefill_sv": 1.0, "decode_sk": 1.0, "decode_sv": 1.0,
               "sink_tokens": 64, "window_tokens": 128, "stream_checkpoint": 256}
     hs = engine(models["r05"], hs_args=sparse, dtype="bfloat16")
