@@ -31,7 +31,7 @@ def test_in_process_warm_and_cold(tmp_path, monkeypatch):
     out = tmp_path / "out"
     rc = main(["run", "--settings", "kv24-decode", "--in-process", "--model", src, "--ckpt-root", str(tmp_path / "ckpt"),
                "--tasks", "niah_multikey", "--lengths", "900", "--samples", "1", "--questions", "2", "--mode", "warmcold",
-               "--offline", "--concurrency", "2", "--hs-set", "window_tokens=128", "--out", str(out)])
+               "--offline", "--concurrency", "2", "--hs-set", "window_tokens=128", "--hs-set", "prefill_sv=1.0", "--out", str(out)])
     assert rc == 0
     res = json.loads((out / "results.json").read_text())
     block = res["settings"][0]
