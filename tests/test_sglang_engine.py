@@ -73,7 +73,7 @@ def test_cached_prefix_equals_cold_and_bytes_match_size_model(models, placeholde
     stats_path = str(tmp_path / "stats.json")
     os.environ["SGLANG_HS_STATS_FILE"] = stats_path
     sink, window, checkpoint = 64, 128, 256
-    sparse = {"prefill_sk": 1.0, "prefill_sv": 1.0, "decode_sk": 1.0, "decode_sv": 1.0,
+    sparse = {"retrieval_ratio": 0.5, "prefill_sk": 1.0, "prefill_sv": 1.0, "decode_sk": 1.0, "decode_sv": 1.0,
               "sink_tokens": sink, "window_tokens": window, "stream_checkpoint": checkpoint}
     hs = engine(models["r05"], hs_args=sparse)
     try:
@@ -133,7 +133,7 @@ def test_bf16_cached_prefix_equals_cold_bit_for_bit(models, placeholder_log):
     # In bf16 a last-bit fp32 difference in attention flips roundings; the reference attention gives a
     # query the same bits however the prefill was cut (cached prefix + recompute vs one cold chunk), so
     # cached and cold logprobs must be equal, as stock SGLang's are (docs/performance.md, bf16).
-    sparse = {"prefill_sk": 1.0, "prefill_sv": 1.0, "decode_sk": 1.0, "decode_sv": 1.0,
+    sparse = {"retrieval_ratio": 0.5, "prefill_sk": 1.0, "prefill_sv": 1.0, "decode_sk": 1.0, "decode_sv": 1.0,
               "sink_tokens": 64, "window_tokens": 128, "stream_checkpoint": 256}
     hs = engine(models["r05"], hs_args=sparse, dtype="bfloat16")
     gen = lambda text: hs.generate(text, GREEDY, return_logprob=True, top_logprobs_num=5)  # noqa: E731
@@ -154,7 +154,7 @@ def test_the_same_prompt_again_resumes_at_its_end_after_a_long_answer(models, pl
     """A regenerated answer (or another sample) matches the prompt up to its last token's page. The first answer ran
     far past its window, so that page's window is neither the cached sequence's end window nor a checkpoint's: it
     stays because the prompt's end was pinned once prefilled (without the pin the match is cut back to 1024)."""
-    sparse = {"prefill_sk": 1.0, "prefill_sv": 1.0, "decode_sk": 1.0, "decode_sv": 1.0,
+    sparse = {"retrieval_ratio": 0.5, "prefill_sk": 1.0, "prefill_sv": 1.0, "decode_sk": 1.0, "decode_sv": 1.0,
               "sink_tokens": 64, "window_tokens": 128, "stream_checkpoint": 256}
     hs = engine(models["r05"], hs_args=sparse)
     prompt = PREFIX + SUFFIXES[2]
@@ -173,7 +173,7 @@ def test_the_same_prompt_again_resumes_at_its_end_after_a_long_answer(models, pl
 def test_disabled_radix_cache_answers_as_a_cold_request(models, placeholder_log):
     """--disable-radix-cache: a prompt of several chunks advances chunk by chunk (the request keeps its own pages, as
     with SGLang's ChunkCache) and answers as a cold request does with the cache on; nothing is reused."""
-    sparse = {"prefill_sk": 1.0, "prefill_sv": 1.0, "decode_sk": 1.0, "decode_sv": 1.0,
+    sparse = {"retrieval_ratio": 0.5, "prefill_sk": 1.0, "prefill_sv": 1.0, "decode_sk": 1.0, "decode_sv": 1.0,
               "sink_tokens": 64, "window_tokens": 128, "stream_checkpoint": 256}
     prompt = PREFIX + SUFFIXES[0]
     answers = {}

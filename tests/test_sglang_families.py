@@ -22,7 +22,7 @@ QUESTIONS = ["What do the boats carry, and how far do the trains go each day? " 
              "Which one is faster, and why would anybody pick the slower one? " * 5]
 GREEDY = {"max_new_tokens": 10, "temperature": 0.0}
 ZERO = {"prefill_sk": 0.0, "prefill_sv": 0.0, "decode_sk": 0.0, "decode_sv": 0.0}
-SPARSE = {"prefill_sk": 1.0, "prefill_sv": 1.0, "decode_sk": 1.0, "decode_sv": 1.0, "sink_tokens": 64,
+SPARSE = {"retrieval_ratio": 0.5, "prefill_sk": 1.0, "prefill_sv": 1.0, "decode_sk": 1.0, "decode_sv": 1.0, "sink_tokens": 64,
           "window_tokens": 128, "stream_checkpoint": 256}
 
 

@@ -27,7 +27,7 @@ def server(tmp_path_factory):
     args = ["--model-path", model, "--device", "cpu",
             "--dtype", "float32", "--max-total-tokens", "1536", "--context-length", "1024",
             "--mem-fraction-static", "0.05", "--disable-cuda-graph", "--sampling-backend", "pytorch",
-            "--grammar-backend", "none", "--hs-decode-sk", "1", "--hs-decode-sv", "1",
+            "--grammar-backend", "none", "--hs-retrieval-ratio", "0.5", "--hs-prefill-sv", "1", "--hs-decode-sk", "1", "--hs-decode-sv", "1",
             "--hs-dense-reserve", "1.0", "--enable-metrics",  # a 24-page pool: every page may be dense while a batch prefills
             "--warmups", "hs_prefill", "--chunked-prefill-size", "256"]  # added by default on CUDA only
     env = cpu_env(str(log), SGLANG_HS_STATS_FILE=str(root / "stats.json"))

@@ -95,7 +95,7 @@ def test_sparse_cached_equals_cold(smol, placeholder_log, tokenize, overlap):
     # the match is cut back (matched is not a checkpoint, and the first sequence's end window lies beyond it)
     assert reuse < matched <= end_window and len(two) - reuse > WINDOW + 64
 
-    sparse = {"prefill_sk": 1.0, "prefill_sv": 1.0, "decode_sk": 1.0, "decode_sv": 1.0,
+    sparse = {"retrieval_ratio": 0.5, "prefill_sk": 1.0, "prefill_sv": 1.0, "decode_sk": 1.0, "decode_sv": 1.0,
               "sink_tokens": SINK, "window_tokens": WINDOW, "stream_checkpoint": CHECKPOINT}
     hs = cpu_engine(smol["r05"], hs_args=sparse, disable_overlap_schedule=not overlap, **POOL)
     try:
