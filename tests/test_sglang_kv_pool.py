@@ -125,7 +125,7 @@ def test_compress_row_compresses_once_per_length_until_forgotten(monkeypatch):
     locs, _ = fill(pool, 1000, gen)
     calls = []
     compress = pool.compress_sequence
-    monkeypatch.setattr(pool, "compress_sequence", lambda l, n: calls.append(n) or compress(l, n))
+    monkeypatch.setattr(pool, "compress_sequence", lambda l, n, s=None: calls.append(n) or compress(l, n, s))
     moved = pool.compress_row(3, locs, 1000)
     assert moved > 0 and calls == [1000]
     assert pool.compress_row(3, locs, 1000) == 0 and calls == [1000]
@@ -138,6 +138,9 @@ def test_compress_row_compresses_once_per_length_until_forgotten(monkeypatch):
     pool.reset_slots()
     pool.compress_row(5, locs, 1000)
     assert calls[-1] == 1000 and len(calls) == 5
+    chunk = hk.SparsityConfig(0.0, 1.0, 128, 256)  # another sparsity at the same length compresses again
+    pool.compress_row(5, locs, 1000, chunk)
+    assert len(calls) == 6 and pool.compress_row(5, locs, 1000, chunk) == 0 and len(calls) == 6
 
 
 def test_pages_of_a_formed_batch_keep_their_streaming_kv_until_it_is_launched():
