@@ -316,8 +316,8 @@ def decode_tile_rows(group: int, head_dim: int) -> int:
 
 def decode_stages(tile_rows: int, head_dim: int) -> int:
     """Default pipeline stages of the Triton decode: 3 for grouped rows up to head_dim 128, 0.5-3 % faster than 2 in
-    all eight shapes of kernels/probes/grouped_decode.py with the same shared memory (H100); else 2 (one row a
-    program; grouped rows at d 256, whose spills 3 stages double)."""
+    all eight shapes of benchmarks/kernels/probes/grouped_decode.py with the same shared memory (H100); else 2 (one
+    row a program; grouped rows at d 256, whose spills 3 stages double)."""
     return 3 if tile_rows > 1 and head_dim <= 128 else 2
 
 

@@ -5,7 +5,7 @@
 mkdir -p /tmp/sglparts /tmp/sglsite /tmp/site /tmp/pp
 if [ -d .dev/sgl1 ]; then cp .dev/sgl1/* /tmp/sglparts/; fi
 if [ -d .dev/sgl2 ]; then cat /tmp/sglparts/* .dev/sgl2/* | tar -xJ -C /tmp/sglsite && touch /tmp/sglsite/.complete; fi
-# a packed checkpoint travels in pieces, one call each (python -m sglang_hs.gpu_vs_cpu pack): collect them
+# a packed checkpoint travels in pieces, one call each (python -m benchmarks.serving.gpu_vs_cpu pack): collect them
 for piece in .dev/smol/piece*; do [ -f "$piece/part" ] && mkdir -p /tmp/smolparts && cp "$piece/part" "/tmp/smolparts/$(basename "$piece")"; done
 if [ -f .dev/site.tar.xz ] && [ ! -d /tmp/site/tilelang ]; then tar -xJf .dev/site.tar.xz -C /tmp/site; fi
 ln -sfn "$PWD/kernels" /tmp/pp/hs_kernels

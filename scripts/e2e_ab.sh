@@ -1,8 +1,9 @@
-# End-to-end A/B on the GPU machine: python -m sglang_hs.bench_e2e once per variant, in the order given (repeat a
-# name to alternate), then one summary line per run. A variant is a source tree holding kernels/ and sglang_hs/ ("."
-# for this checkout; else a directory, e.g. .scratch/main after `git archive REV kernels sglang_hs | tar -x -C
-# .scratch/main`), served as hs, with hs flags after an @ (no spaces: `.@--hs-extend-graph-tokens=64`); "stock" is
-# stock SGLang. Source scripts/device_env.sh first (it links /tmp/pp).
+# End-to-end A/B on the GPU machine: this checkout's benchmarks/serving/bench_e2e.py once per variant, in the order given
+# (repeat a name to alternate), then one summary line per run; run as a file from /tmp, so that neither it nor the
+# servers it starts import this checkout's folders in place of the variant's packages (/tmp/pp). A variant is a source
+# tree holding kernels/ and sglang_hs/ ("." for this checkout; else a directory, e.g. .scratch/main after
+# `git archive REV kernels sglang_hs | tar -x -C .scratch/main`), served as hs, with hs flags after an @ (no spaces:
+# `.@--hs-extend-graph-tokens=64`); "stock" is stock SGLang. Source scripts/device_env.sh first (it links /tmp/pp).
 #   bash scripts/e2e_ab.sh OUT VARIANT... -- BENCH_E2E_FLAGS...   (each run's log, results.json, server log and
 #   --profile-steps tables in OUT/runs.tar.gz: a device call brings back at most 8 files, and four runs make 12)
 out=$1; shift
@@ -22,7 +23,7 @@ for v in "${variants[@]}"; do
   else src=$(cd "$tree" && pwd); name=r$i-$(basename "$src")${hs_flags:+-flags}; fi
   ln -sfn "$src/sglang_hs" /tmp/pp/sglang_hs
   ln -sfn "$src/kernels" /tmp/pp/hs_kernels
-  (cd /tmp && timeout "${RUN_TIMEOUT:-240}" python -m sglang_hs.bench_e2e --shape llama-3.1-8b --out "/tmp/ab-$name" \
+  (cd /tmp && timeout "${RUN_TIMEOUT:-240}" python "$root/benchmarks/serving/bench_e2e.py" --shape llama-3.1-8b --out "/tmp/ab-$name" \
     --engines $engine --hs-flags="$hs_flags" "$@" > "$out/$name.log" 2>&1)
   echo "$name rc $? $(date -u +%T)"
   cp "/tmp/ab-$name/results.json" "$out/$name.json" 2>/dev/null

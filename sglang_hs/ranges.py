@@ -1,4 +1,4 @@
-"""The ``hs.*`` ranges of a torch profiler trace (``sglang_hs.trace_summary`` reads them), marked by the backend, the
+"""The ``hs.*`` ranges of a torch profiler trace (``benchmarks/serving/trace_summary.py`` reads them), marked by the backend, the
 pool and the radix cache. A range is entered only while a profiler records: ``torch.profiler.record_function`` makes
 two dispatcher calls even when none does (about 5 us), and an extend opens several per layer on a host-bound path."""
 

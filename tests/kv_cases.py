@@ -179,8 +179,8 @@ def stream_case(layout, b, t, n, h_q, h_kv, d, sink, window, dtype, gen, device)
 
 
 def trans_both_driver():
-    """kernels/probes/trans_both_sp.py as a module (a script, not part of the package): its oracle and pools."""
-    path = Path(__file__).parent.parent / "kernels" / "probes" / "trans_both_sp.py"
+    """benchmarks/kernels/probes/trans_both_sp.py as a module (a script, not part of the package): its oracle and pools."""
+    path = Path(__file__).parent.parent / "benchmarks" / "kernels" / "probes" / "trans_both_sp.py"
     spec = importlib.util.spec_from_file_location("trans_both_sp_driver", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

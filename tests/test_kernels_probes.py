@@ -1,4 +1,4 @@
-"""The measurement probes (kernels/probes: instruction rates and operand layouts behind docs/kernels.md)
+"""The measurement probes (benchmarks/kernels/probes: the operand layouts behind docs/kernels.md)
 still compile for sm_90a with the machine's nvcc, so that their figures can be re-measured as documented; and the
 Trans-Both driver's oracle, which its GPU check relies on, is right (on the CPU)."""
 
@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 from kv_cases import trans_both_driver
 
-PROBES = sorted((Path(__file__).parent.parent / "kernels" / "probes").glob("*.cu"))
+PROBES = sorted((Path(__file__).parent.parent / "benchmarks" / "kernels" / "probes").glob("*.cu"))
 
 
 def test_the_probes_are_found():
-    assert {p.stem for p in PROBES} >= {"mma_rate", "mma_sp_layout", "wgmma_rate", "wgmma_sp_layout"}
+    assert {p.stem for p in PROBES} >= {"mma_sp_layout", "wgmma_sp_layout", "wgmma_tile_layout"}
 
 
 @pytest.mark.parametrize("probe", PROBES, ids=lambda p: p.stem)

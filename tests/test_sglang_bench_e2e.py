@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("sglang")
 
-from sglang_hs.bench_e2e import LLAMA_31_8B, context_length, decode_tpot, markdown, write_shape_checkpoint  # noqa: E402
+from benchmarks.serving.bench_e2e import LLAMA_31_8B, context_length, decode_tpot, markdown, write_shape_checkpoint  # noqa: E402
 from sglang_hs.settings import resolve  # noqa: E402
 
 
@@ -69,7 +69,7 @@ def test_context_length_stays_within_the_models_limit():
 def test_hs_flags_go_to_the_hs_engine_only():
     from types import SimpleNamespace as NS
 
-    from sglang_hs.bench_e2e import server_args
+    from benchmarks.serving.bench_e2e import server_args
 
     args = NS(device="cuda", dtype="bfloat16", mem_fraction=0.85, contexts=[1024], prefix=0, question_tokens=64, output_tokens=4,
               max_positions=None, extra=["--cuda-graph-max-bs-decode", "16"], shape="llama-3.1-8b",
@@ -89,7 +89,7 @@ def test_both_engines_end_to_end_on_cpu_with_profiles(tmp_path):
     import json
 
     pytest.importorskip("hs_prep")
-    from sglang_hs.bench_e2e import main
+    from benchmarks.serving.bench_e2e import main
     from sglang_hs.testing import prepare, tiny_model
 
     model = prepare(tiny_model(str(tmp_path / "tiny")), str(tmp_path / "prepared"), 0.5)

@@ -6,13 +6,16 @@ import json
 import subprocess
 import sys
 import tarfile
+from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
-from sglang_hs.gpu_vs_cpu import compare, pack, table
+from benchmarks.serving.gpu_vs_cpu import compare, pack, table
 from sglang_hs.testing import tiny_model
+
+ROOT = Path(__file__).resolve().parent.parent  # python -m benchmarks... runs from the repository root
 
 
 def test_pack_pieces_reassemble_to_a_bf16_copy(tmp_path):
@@ -36,8 +39,8 @@ def test_pack_refuses_an_existing_output_and_a_non_checkpoint(tmp_path):
     (tmp_path / "out").mkdir()
     (tmp_path / "config.json").write_text("{}")
     for model, out in ((tmp_path / "nothing", tmp_path / "x"), (tmp_path, tmp_path / "out")):
-        r = subprocess.run([sys.executable, "-m", "sglang_hs.gpu_vs_cpu", "pack", "--model", str(model), "--out", str(out)],
-                           capture_output=True, text=True)
+        r = subprocess.run([sys.executable, "-m", "benchmarks.serving.gpu_vs_cpu", "pack", "--model", str(model), "--out",
+                            str(out)], capture_output=True, text=True, cwd=ROOT)
         assert r.returncode != 0 and len(r.stderr.strip().splitlines()) == 1 and "gpu_vs_cpu:" in r.stderr
 
 
@@ -67,14 +70,15 @@ def test_record_then_check_the_stock_control_in_float32(tmp_path):
 
     model = tiny_model(str(tmp_path / "m"), layers=1)
     ref, report = tmp_path / "ref.json", tmp_path / "report.json"
-    cli = [sys.executable, "-m", "sglang_hs.gpu_vs_cpu"]
+    cli = [sys.executable, "-m", "benchmarks.serving.gpu_vs_cpu"]
     args = ["--model", model, "--device", "cpu", "--engine", "stock", "--dtype", "float32"]
-    r = subprocess.run([*cli, "record", *args, "--out", str(ref)], env=cpu_env(), capture_output=True, text=True, timeout=900)
+    r = subprocess.run([*cli, "record", *args, "--out", str(ref)], env=cpu_env(), capture_output=True, text=True, timeout=900,
+                       cwd=ROOT)
     assert r.returncode == 0, r.stderr[-2000:]
     recorded = json.loads(ref.read_text())
     assert recorded["engine"] == "stock" and recorded["hs_args"] is None and recorded["engine_args"]["dtype"] == "float32"
     assert len(recorded["runs"]) == 4 and all(len(run["output_ids"]) == 32 for run in recorded["runs"])
     r = subprocess.run([*cli, "check", *args, "--reference", str(ref), "--out", str(report)], env=cpu_env(),
-                       capture_output=True, text=True, timeout=900)
+                       capture_output=True, text=True, timeout=900, cwd=ROOT)
     assert r.returncode == 0, r.stderr[-2000:]
     assert all(row["first_difference"] is None for row in json.loads(report.read_text())["rows"])

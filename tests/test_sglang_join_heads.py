@@ -52,7 +52,7 @@ def test_a_padded_extend_computes_the_rows_of_the_unpadded_one():
 
     from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
-    from sglang_hs import probe_host
+    from benchmarks.serving import probe_host
 
     args = probe_host.parse(["--device", "cpu", "--dtype", "float32", "--layers", "2", "--prefix", "700",
                              "--question", "16", "--head-dim", "64", "--repeats", "1"])

@@ -7,7 +7,7 @@ import pytest
 
 pytest.importorskip("sglang")
 
-from sglang_hs import probe_host  # noqa: E402
+from benchmarks.serving import probe_host  # noqa: E402
 
 
 def test_probe_times_every_step_on_a_compressed_prefix(capsys):

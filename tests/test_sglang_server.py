@@ -167,7 +167,7 @@ def test_warmup_ran_the_prefill_shapes_before_listening(server):
 
 def test_benchmark_stream_keeps_the_greedy_output_ids(server):
     """bench_e2e's streamed request returns the whole output's ids (the last event's), the same as a plain request's."""
-    from sglang_hs.bench_e2e import stream_one
+    from benchmarks.serving.bench_e2e import stream_one
 
     base, _ = server
     ids = list(range(100, 180))
@@ -181,7 +181,7 @@ def test_profile_of_a_question_on_a_cached_prefix(server, tmp_path):
     """bench_e2e's profile of a question on a cached prefix, over real HTTP with SGLang's profiler: the question hits the
     prefix the unprofiled request cached, and the trace's summary names the hs ranges of its prefill (the prefix match,
     the extend)."""
-    from sglang_hs.bench_e2e import profile_run
+    from benchmarks.serving.bench_e2e import profile_run
 
     base, _ = server
     ids = [10 + (37 * i) % 490 for i in range(256 + 32)]  # within the tiny model's vocabulary (512)

@@ -10,7 +10,7 @@ pytest.importorskip("sglang")
 
 from hs_kernels import BLOCK_SIZE, NO_BLOCK  # noqa: E402
 from sglang_hs.kv_pool import HSKVPool  # noqa: E402
-from sglang_hs.probe_host import OpCount  # noqa: E402
+from benchmarks.serving.probe_host import OpCount  # noqa: E402
 from sglang_hs.settings import LayerGroups  # noqa: E402
 from sglang_hs.testing import small_pool  # noqa: E402
 

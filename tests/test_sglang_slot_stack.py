@@ -55,7 +55,7 @@ def test_stacks_refuse_to_overdraw_or_overfill_and_change_nothing():
 
 
 def bookkeeping_ops(layers: int) -> tuple[collections.Counter, collections.Counter]:
-    from sglang_hs.probe_host import OpCount
+    from benchmarks.serving.probe_host import OpCount
     from sglang_hs.settings import LayerGroups
     from sglang_hs.testing import small_pool
 
@@ -78,7 +78,7 @@ def test_page_bookkeeping_costs_the_same_for_any_number_of_layers():
 
 
 def compression_ops(layers: int, s: float) -> collections.Counter:
-    from sglang_hs.probe_host import OpCount
+    from benchmarks.serving.probe_host import OpCount
     from sglang_hs.settings import LayerGroups
     from sglang_hs.testing import small_pool
 

@@ -4,12 +4,13 @@ import gzip
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from sglang_hs.trace_summary import busy_ms, graph_replays, host_waits, load_events, summarize
+from benchmarks.serving.trace_summary import busy_ms, graph_replays, host_waits, load_events, summarize
 
 
 @record_function("hs.outer")
@@ -40,7 +41,8 @@ def test_summary_sums_ranges_and_ops(tmp_path):
 def test_bad_trace_is_a_one_line_error(tmp_path, content):
     bad = tmp_path / "bad.json"
     bad.write_bytes(content)
-    proc = subprocess.run([sys.executable, "-m", "sglang_hs.trace_summary", str(bad)], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.serving.trace_summary", str(bad)], capture_output=True,
+                          text=True, cwd=Path(__file__).resolve().parent.parent)
     assert proc.returncode != 0
     assert len(proc.stderr.strip().splitlines()) == 1 and "trace_summary" in proc.stderr
 
