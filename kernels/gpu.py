@@ -8,14 +8,13 @@ on the sparse tensor cores (``cuda_decode``) where ``cuda_decode_supported``, el
 prefix blocks on the CUDA Trans-Both kernel on the sparse tensor cores (``cuda_prefix_prefill``) where that pays.
 ``prefill_compressed_attention`` (the paper's prefill: the chunk's own tiles compressed first) runs the CUDA
 Trans-Both kernel on the sparse tensor cores (``cuda_prefill``) where every tile of V is 2:4 (2:4 keys read pruned,
-stored dense), else the TileLang one (``tl_prefill``), else the reference.
+stored dense), else the reference.
 ``streaming_attention`` (sink + window, the streaming groups) runs ``triton_stream``; ``write_tokens`` (new
 tokens into the pools) ``triton_store``.
-``compress_magnitude`` is the fused pruner + compressor (Triton
-``triton_compress``; the TileLang ``tl_compress`` on request), with a PyTorch fallback. ``triton``
-and ``tilelang`` are imported lazily, only on CUDA: this module imports on any machine. Kernels are
-compiled once per (heads, head_dim, dtype, pool kinds) and cached per process; the batch, context
-length, pool sizes and split count are runtime values.
+``compress_magnitude`` is the fused pruner + compressor (Triton ``triton_compress``), with a PyTorch fallback.
+``triton`` is imported lazily, only on CUDA: this module imports on any machine. Kernels are compiled once per
+(heads, head_dim, dtype, pool kinds) and cached per process; the batch, context length, pool sizes and split count
+are runtime values.
 """
 
 from __future__ import annotations
@@ -44,12 +43,6 @@ DECODE_KERNELS = PREFILL_KERNELS = ("auto", "triton", "cuda")
 
 def _gpu_allowed() -> bool:
     return os.environ.get("HS_KERNELS_NO_GPU") != "1" and torch.cuda.is_available()
-
-
-@functools.lru_cache(maxsize=None)
-def tilelang_available() -> bool:
-    """True when CUDA is usable and ``tilelang`` is installed (``HS_KERNELS_NO_GPU=1`` forces False)."""
-    return _gpu_allowed() and importlib.util.find_spec("tilelang") is not None
 
 
 @functools.lru_cache(maxsize=None)
@@ -692,8 +685,7 @@ def prefill_compressed_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
     ``prefill_attention`` on ``chunk_blocks.chunk_as_dense(k, v, chunk)`` with an empty prefix. Runs the sparse tensor
     cores (``cuda_prefill.attend``) where every tile of V is 2:4, those of K all 2:4 (for long chunks given to it
     decompressed and stored dense: ``compressed_prefill_keys``) or all dense, and ``cuda_prefill.supports`` the
-    queries (bf16 or fp16, head_dim 64 or 128, GQA ratio 1 to 64, sm_90), else the TileLang kernel where importable,
-    else the oracle.
+    queries (bf16 or fp16, head_dim 64 or 128, GQA ratio 1 to 64, sm_90), else the oracle.
     Returns ``out [T, H_q, D]`` (q's dtype) and ``lse [T, H_q]`` (float32)."""
     from .chunk_blocks import chunk_as_dense
 
@@ -704,11 +696,6 @@ def prefill_compressed_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
             and cp.ready(q, k.shape[1])):
         values = cp.SparseBlocks(chunk.v_vals, chunk.v_meta, chunk.v_index)
         return cp.attend(q, compressed_prefill_keys(k, chunk, q.shape[1]), values, _ref._scale(sm_scale, q), q_pos0=0)
-    if tilelang_available() and q.is_cuda:
-        from . import tl_prefill
-
-        if tl_prefill.supported(q, k, v, *pools):
-            return tl_prefill.prefill_blocks(q, k, v, *pools, empty, empty, 0, sm_scale, chunk=chunk)
     return _ref.prefill_attention(q, *chunk_as_dense(k, v, chunk), *pools, empty, empty, 0, sm_scale)
 
 
@@ -1008,8 +995,8 @@ _COMPRESS_BITS = {torch.float16: (16, 0x7C00), torch.bfloat16: (16, 0x7F80), tor
 
 
 def compress_magnitude(blocks: torch.Tensor, operand: str, values: torch.Tensor | None = None,
-                       meta: torch.Tensor | None = None, slots: torch.Tensor | None = None,
-                       kernel: str = "triton") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                       meta: torch.Tensor | None = None,
+                       slots: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Fused magnitude pruner + compressor for token-major blocks ``[N, 64, D]`` of ``operand``.
 
     Equals ``mask = element_mask(blocks, operand)``; ``compress_blocks(blocks, mask, operand)``;
@@ -1017,16 +1004,13 @@ def compress_magnitude(blocks: torch.Tensor, operand: str, values: torch.Tensor 
     ``BlockPool.values``/``.meta``) and ``slots [N]`` int32, block ``n`` is written to slot
     ``slots[n]`` (not at all where ``slots[n] < 0``: a loss-only pass); without them, fresh
     ``[N, ...]`` tensors are returned. Returns ``(values, meta, loss [N] float32)``.
-    ``kernel``: "triton" (``triton_compress``, the default: 2.6x faster on the H200)
-    or "tilelang" (``tl_compress``, float16/bfloat16); off CUDA the reference runs. No host sync:
+    On CUDA the Triton kernel runs (``triton_compress``), off CUDA the reference. No host sync:
     slots are not range-checked on the GPU path (they must be < the pool's slot count).
     """
     check_operand(operand)
     d = check_blocks(blocks, "blocks")
     if blocks.dim() != 3:
         raise ValueError(f"blocks must have shape [N, {BLOCK_SIZE}, head_dim], got {list(blocks.shape)}")
-    if kernel not in ("triton", "tilelang"):
-        raise ValueError(f"kernel must be 'triton' or 'tilelang', got {kernel!r}")
     n = blocks.shape[0]
     vshape, mshape = sparse_shapes(operand, d)
     if values is None:
@@ -1038,16 +1022,14 @@ def compress_magnitude(blocks: torch.Tensor, operand: str, values: torch.Tensor 
         raise ValueError(f"values [S, {', '.join(map(str, vshape))}] {blocks.dtype}, meta [S, "
                          f"{', '.join(map(str, mshape))}] int16 and slots [{n}] expected, got {list(values.shape)} "
                          f"{values.dtype}, {list(meta.shape)} {meta.dtype}, {list(slots.shape)}")
-    usable = triton_available() if kernel == "triton" else tilelang_available() and blocks.dtype in _DTYPES
-    if not (usable and blocks.is_cuda) or n == 0:
+    if not (triton_available() and blocks.is_cuda) or n == 0:
         mask = element_mask(blocks, operand)
         sel = slots >= 0
         if sel.any():
             values[slots[sel].long()], meta[slots[sel].long()] = compress_blocks(blocks[sel], mask[sel], operand)
         return values, meta, block_loss(blocks, mask)
     loss = torch.empty(n, dtype=torch.float32, device=blocks.device)
-    launch = triton_compress if kernel == "triton" else _tilelang_compress
-    launch(blocks.contiguous(), operand, slots.to(torch.int32).contiguous(), values, meta, loss)
+    triton_compress(blocks.contiguous(), operand, slots.to(torch.int32).contiguous(), values, meta, loss)
     return values, meta, loss
 
 
@@ -1063,12 +1045,6 @@ def triton_compress(blocks, operand: str, slots, values, meta, loss, num_warps: 
         tiles, slots, _nonempty(values), _nonempty(meta), loss, *tiles.stride()[:3], D=blocks.shape[-1],
         IS_K=operand == "k", IN_PLACE=blocks.dim() == 4, BITS=bits, ABS=(1 << (bits - 1)) - 1, INF=inf,
         num_warps=num_warps)
-
-
-def _tilelang_compress(blocks, operand: str, slots, values, meta, loss) -> None:
-    from . import tl_compress
-
-    tl_compress.get_kernel(operand, blocks.shape[-1], _DTYPES[blocks.dtype], "warp")(blocks, slots, values, meta, loss)
 
 
 def _tiles(x: torch.Tensor, operand: str, tiles: int, start: int) -> torch.Tensor:
@@ -1161,6 +1137,6 @@ def triton_prune(x, operand: str, sparse, out, loss) -> None:
                                          IS_K=operand == "k", APPLY=apply, BITS=bits, ABS=(1 << (bits - 1)) - 1, INF=inf)
 
 
-__all__ = ["tilelang_available", "triton_available", "decode_supported", "decode_attention", "prefill_supported",
+__all__ = ["triton_available", "decode_supported", "decode_attention", "prefill_supported",
            "prefill_attention", "streaming_supported", "streaming_attention", "compress_magnitude", "compress_tiles",
            "tile_loss", "prune_tiles", "triton_decode_splits", "cuda_decode_splits"]

@@ -1,13 +1,9 @@
 """Registers, local-memory spills and shared memory of the shipped GPU kernel variants, compiled for
 sm_90 on any machine with ``nvcc`` (no GPU needed): the Triton kernels through ``triton.compile`` and
 ``ptxas -v`` on their PTX, the CUDA decode and prefill through ``nvcc -Xptxas -v``. A spill is a slowdown that
-no CPU test sees otherwise (the TileLang prefill once spilled 8-10 KB per thread unnoticed).
+no CPU test sees otherwise (a TileLang prefill, since removed, once spilled 8-10 KB per thread unnoticed).
 
-    python -m hs_kernels.resources [--tilelang]
-
-``--tilelang`` (TileLang importable, e.g. the device bundle unpacked on ``PYTHONPATH``) adds the TileLang
-compressor and the prefill's three prefix modes at their defaults: lowered for sm_90 here, the generated
-CUDA source compiled with TileLang's headers (a few minutes).
+    python -m hs_kernels.resources
 """
 
 from __future__ import annotations
@@ -276,47 +272,12 @@ def _instantiation(mangled: str) -> str:
     return f"d{m.group(1)} {'bf16' if m.group(2) == '1' else 'fp16'} {m.group(3)} slots" if m else mangled
 
 
-def tilelang_usage() -> list[Usage]:
-    """The TileLang compressor (K, V at d 128, bf16) and the prefill (Llama shapes, bf16, dense / sparse /
-    mixed prefix, the other knobs at ``tl_prefill``'s defaults)."""
-    import tilelang
-    from tilelang import tvm
-
-    from . import nvcc, tl_compress, tl_prefill
-
-    target = tvm.target.Target({"kind": "cuda", "arch": f"sm_{ARCH}"})
-    root = Path(tilelang.__file__).parent
-    kernels = [(f"tilelang compress {op} d128", lambda op=op: tl_compress.get_kernel(op, 128, "bfloat16", "warp",
-                                                                                      target=target)) for op in "kv"]
-    kernels += [(f"tilelang prefill {mode} prefix", lambda mode=mode: tl_prefill.get_kernel(
-        32, 8, 128, "bfloat16", mode, mode, "dense", "dense", tl_prefill.ROWS, tl_prefill.THREADS, tl_prefill.STAGES,
-        tl_prefill.P_MAJOR, target=target)) for mode in tl_prefill.MODES]
-    kernels.append(("tilelang prefill all-2:4 chunk", lambda: tl_prefill.get_kernel(
-        32, 8, 128, "bfloat16", "dense", "dense", "sparse", "sparse", *tl_prefill.tile("sparse", "sparse"),
-        tl_prefill.STAGES, tl_prefill.P_MAJOR, target=target)))
-    out = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for name, build in kernels:
-            with target:
-                source = build().get_kernel_source()
-            cu = Path(tmp) / "k.cu"
-            cu.write_text(source)
-            log = _ptxas_log([nvcc.find(), "-cubin", f"-arch=sm_{ARCH}a", "-std=c++17", "-O3", "-w",
-                              f"-I{root / 'src'}", f"-I{root / '3rdparty' / 'cutlass' / 'include'}",
-                              "--use_fast_math", "-Xptxas", "-v", "-o", str(Path(tmp) / "k.cubin"), str(cu)])
-            (regs, spills), = _parse(log)
-            out.append(Usage(name, regs, spills, None))
-    return out
-
-
 def main(argv=None) -> None:
     import argparse
 
     ap = argparse.ArgumentParser(description="registers, spills and shared memory of the GPU kernels (sm_90)")
-    ap.add_argument("--tilelang", action="store_true", help="also the TileLang compressor and prefill")
-    args = ap.parse_args(argv)
+    ap.parse_args(argv)
     rows = [triton_usage(v) for v in variants()] + cuda_decode_usage() + cuda_prefill_usage()
-    rows += tilelang_usage() if args.tilelang else []
     print(f"sm_{ARCH}, ptxas -v\n| kernel | registers | spill bytes | shared bytes |\n|---|---|---|---|")
     for u in rows:
         known = " (known)" if u.name in KNOWN_SPILLS else ""

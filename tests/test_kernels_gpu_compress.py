@@ -1,5 +1,4 @@
-"""GPU: the fused compression kernels (Triton, the default, and TileLang) vs the reference pruner +
-compressor (bit exact).
+"""GPU: the fused compression kernel (Triton) vs the reference pruner + compressor (bit exact).
 
 Fresh random inputs every run (with ties, signed zeros, inf and NaN, and a block where NaN and inf
 compete); the destination pool is poisoned and checked written exactly where asked and untouched
@@ -20,8 +19,6 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not gpu.triton_available(), re
 
 SHAPES = [("k", 128, torch.bfloat16), ("v", 128, torch.bfloat16), ("k", 64, torch.float16),
           ("v", 64, torch.float16), ("k", 128, torch.float16), ("v", 256, torch.bfloat16)]
-needs_tilelang = pytest.mark.skipif(not gpu.tilelang_available(), reason="needs tilelang")
-KERNELS = ["triton", pytest.param("tilelang", marks=needs_tilelang)]
 
 
 def same_bits(a, b):
@@ -29,11 +26,8 @@ def same_bits(a, b):
     return torch.equal(a.view(bits), b.view(bits))
 
 
-@pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize("operand,d,dtype", SHAPES + [("k", 128, torch.float32), ("v", 64, torch.float32)])
-def test_compress_bit_exact(operand, d, dtype, kernel):
-    if kernel == "tilelang" and dtype == torch.float32:
-        pytest.skip("the TileLang kernel is float16 / bfloat16 only")
+def test_compress_bit_exact(operand, d, dtype):
     gen = torch.Generator(device="cuda")
     gen.seed()
     n = 37
@@ -44,16 +38,15 @@ def test_compress_bit_exact(operand, d, dtype, kernel):
 
     assert torch.isfinite(r_loss).float().mean().item() > 0.5  # the loss comparison is not NaN == NaN
 
-    vals, meta, loss = gpu.compress_magnitude(blocks, operand, kernel=kernel)
+    vals, meta, loss = gpu.compress_magnitude(blocks, operand)
     assert same_bits(vals, r_vals)
     assert torch.equal(meta, r_meta)
     torch.testing.assert_close(loss, r_loss, rtol=1e-5, atol=1e-5, equal_nan=True,
                                msg=lambda m: f"{m}\nours {loss[:4].tolist()} ref {r_loss[:4].tolist()}")
 
 
-@pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize("operand,d,dtype", SHAPES[:2])
-def test_compress_into_pool_slots(operand, d, dtype, kernel):
+def test_compress_into_pool_slots(operand, d, dtype):
     gen = torch.Generator(device="cuda")
     gen.seed()
     n, n_slots = 50, 80
@@ -63,7 +56,7 @@ def test_compress_into_pool_slots(operand, d, dtype, kernel):
     pool_m = torch.full((n_slots, *mshape), -7, dtype=torch.int16, device="cuda")
     slots = torch.randperm(n_slots, generator=gen, device="cuda")[:n].int()
     slots[::3] = -1  # loss only for these
-    _, _, loss = gpu.compress_magnitude(blocks, operand, pool_v, pool_m, slots, kernel=kernel)
+    _, _, loss = gpu.compress_magnitude(blocks, operand, pool_v, pool_m, slots)
 
     mask = element_mask(blocks, operand)
     r_vals, r_meta = compress_blocks(blocks, mask, operand)
@@ -76,14 +69,10 @@ def test_compress_into_pool_slots(operand, d, dtype, kernel):
     assert (pool_v[untouched] == 7.0).all() and (pool_m[untouched] == -7).all()
 
 
-@pytest.mark.parametrize("loss_mode", ["triton", pytest.param("block", marks=needs_tilelang),
-                                       pytest.param("warp", marks=needs_tilelang),
-                                       pytest.param("group", marks=needs_tilelang)])
 @pytest.mark.parametrize("operand,d,dtype", SHAPES)
-def test_compress_kernel_loss_poisoned(operand, d, dtype, loss_mode):
-    """The raw kernel's per-block loss output (Triton, or TileLang's loss modes), poisoned before the
-    launch (-7: a loss is >= 0 or NaN), on plain Gaussian blocks (no specials: every loss finite)
-    against the reference's block_loss."""
+def test_compress_kernel_loss_poisoned(operand, d, dtype):
+    """The raw Triton kernel's per-block loss output, poisoned before the launch (-7: a loss is >= 0 or NaN), on
+    plain Gaussian blocks (no specials: every loss finite) against the reference's block_loss."""
     gen = torch.Generator(device="cuda")
     gen.seed()
     n = 129
@@ -91,17 +80,10 @@ def test_compress_kernel_loss_poisoned(operand, d, dtype, loss_mode):
     vshape, mshape = sparse_shapes(operand, d)
     values = torch.empty((n, *vshape), dtype=dtype, device="cuda")
     meta = torch.empty((n, *mshape), dtype=torch.int16, device="cuda")
-    shape = (n, vshape[0], vshape[1] // 2) if loss_mode == "group" else (n,)
-    loss = torch.full(shape, -7.0, device="cuda")
+    loss = torch.full((n,), -7.0, device="cuda")
     slots = torch.arange(n, dtype=torch.int32, device="cuda")
-    if loss_mode == "triton":
-        gpu.triton_compress(blocks, operand, slots, values, meta, loss)
-    else:
-        from hs_kernels import tl_compress
-
-        tl_compress.get_kernel(operand, d, gpu._DTYPES[dtype], loss_mode)(blocks, slots, values, meta, loss)
+    gpu.triton_compress(blocks, operand, slots, values, meta, loss)
     assert (loss >= 0).all()  # every poisoned element written
-    loss = loss.sum(dim=(1, 2)) if loss_mode == "group" else loss
     r_loss = block_loss(blocks, element_mask(blocks, operand))
     assert torch.isfinite(r_loss).all() and (r_loss > 0).all()
     assert torch.isfinite(loss).all() and (loss >= 0).all()

@@ -6,8 +6,7 @@ Llama-3.1-8B attention shapes: 32 query heads, 8 KV groups, d 128, bf16.
 Decode: B=8, 32K context; ours at S_K/S_V in {0, 0.5, 1} (sink block and 256-token window stay
 dense, as the pruner does), bytes = what the kernel must read (dense blocks, 2:4 values +
 metadata, index maps); GB/s against the 4.3 TB/s copy ceiling. Compression: K and V of 32K tokens
-x 8 KV heads (Triton, and TileLang where installed; a loss-only pass as serving's first pass), against
-cuDNN causal prefill of the same 32K tokens.
+x 8 KV heads (Triton; a loss-only pass as serving's first pass), against cuDNN causal prefill of the same 32K tokens.
 Timing: triton.testing.do_bench (median), inputs far larger than L2; the CUDA decode at its default launch also
 alternating with cuDNN call by call (``timing.alternating``, queued: no sync between calls), its ratio against
 cuDNN in the same turns (one power state for both: docs/kernels.md, Measuring).
@@ -77,38 +76,8 @@ def decode_inputs(batch, ctx, s_k, s_v, gen, sparse_slots=0, h_kv=H_KV, d=D, dt=
     return k_pool, v_pool, k_index, v_index, nbytes
 
 
-PREBUILD = [(*shape, mode) for mode in ("block", "warp", "group") for shape in (
-    ("k", 128, "bfloat16"), ("v", 128, "bfloat16"), ("k", 64, "float16"), ("v", 64, "float16"),
-    ("k", 128, "float16"), ("v", 256, "bfloat16"))]
-
-
-def _build(key):
-    import time
-
-    from hs_kernels import tl_compress
-
-    t0 = time.time()
-    try:
-        tl_compress.get_kernel(*key)
-        return f"compress{key}: {time.time() - t0:.0f} s"
-    except Exception as e:  # report, the tests will show it again
-        return f"compress{key}: FAILED {type(e).__name__}: {str(e)[-2000:]}"
-
-
-def prebuild():
-    """Compile the tested TileLang compressor shapes in parallel processes (fills TileLang's disk
-    cache; the Triton decode compiles on first use)."""
-    import concurrent.futures as cf
-    import multiprocessing as mp
-
-    with cf.ProcessPoolExecutor(len(PREBUILD), mp_context=mp.get_context("spawn")) as ex:
-        for line in ex.map(_build, PREBUILD):
-            print(line, flush=True)
-
-
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--prebuild", action="store_true", help="only compile the kernels (parallel), then exit")
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--ctx", type=int, default=32768)
     ap.add_argument("--quick", action="store_true")
@@ -119,8 +88,6 @@ def main():
     ap.add_argument("--cuda-graphs", action="store_true",
                     help="with --kernel-choice: time each call replayed from a CUDA graph, as serving decodes (no host launch cost)")
     args = ap.parse_args()
-    if args.prebuild:
-        return prebuild()
     if args.kernel_choice:
         return kernel_choice(args.cuda_graphs)
     gen = torch.Generator(device="cuda")
@@ -264,26 +231,20 @@ def compression_rows(rows, gen, quick):
     loss_only = bench(lambda: [gpu.compress_magnitude(x, op, *pools[op], no_slots) for x, op in pairs])
     rows.append(("compress K+V 32Kx8", f"ours Triton, loss only ({100 * loss_only / pre:.2f}%)", loss_only,
                  2 * blocks.numel() * 2 / loss_only / 1e6, None))
-    variants = [("triton", {})] + [("triton", {"num_warps": w}) for w in ((2, 8) if not quick else ())]
-    if gpu.tilelang_available():
-        variants.append(("tilelang", {}))
+    variants = [{}] + [{"num_warps": w} for w in ((2, 8) if not quick else ())]
     masks = [element_mask(x, op) for x, op in pairs]
     ref = [(*compress_blocks(x, m, op), block_loss(x, m)) for (x, op), m in zip(pairs, masks)]
     slots = torch.arange(n, dtype=torch.int32, device="cuda")
     bufs = [(*pools[op], torch.empty(n, device="cuda")) for op in ("k", "v")]
-    for kernel, opts in variants:
-        if kernel == "triton":
-            def run():
-                for (x, op), buf in zip(pairs, bufs):
-                    gpu.triton_compress(x, op, slots, *buf, **opts)
-                return bufs
-        else:
-            def run():
-                return [gpu.compress_magnitude(x, op, kernel=kernel) for x, op in pairs]
+    for opts in variants:
+        def run():
+            for (x, op), buf in zip(pairs, bufs):
+                gpu.triton_compress(x, op, slots, *buf, **opts)
+            return bufs
         exact = all(torch.equal(a[0].view(torch.int16), b[0].view(torch.int16)) and torch.equal(a[1], b[1])
                     and torch.allclose(a[2], b[2], rtol=1e-5) for a, b in zip(run(), ref))
         ms = bench(run)
-        label = "Triton" + "".join(f" {k}={v}" for k, v in opts.items()) if kernel == "triton" else "TileLang"
+        label = "Triton" + "".join(f" {k}={v}" for k, v in opts.items())
         rows.append(("compress K+V 32Kx8", f"ours {label} ({100 * ms / pre:.2f}%){'' if exact else ' WRONG'}", ms,
                      cbytes / ms / 1e6, None))
 

@@ -1,9 +1,8 @@
 """Prefill benchmark on the GPU: cuDNN / SDPA flash vs our Triton kernel (``triton_prefill``, the
-serving path) and the TileLang Trans-Both kernel (``tl_prefill``, sparse tensor cores).
+serving path) and the CUDA Trans-Both kernel (``cuda_prefill``, sparse tensor cores).
 
     python -m benchmarks.kernels.bench_prefill [--tokens 32768] [--chunk 8192] [--triton-configs 128:8:2,64:4:2]
-        [--variants 128:mn:128:column,128:mn:128:warp] [--no-tilelang] [--prebuild] [--question 64]
-        [--densify-chunks 64,512,4096] [--densify-prefixes 74,1034,8202]
+        [--question 64] [--densify-chunks 64,512,4096] [--densify-prefixes 74,1034,8202]
 
 Triton rows: the sequence prefilled in chunks of ``--chunk`` tokens, as SGLang's chunked prefill
 runs it, each chunk against the previous chunks stored in the pools with block sparsity S_K / S_V
@@ -15,13 +14,9 @@ CUDA rows (sm_90): the same sequence in one chunk whose tiles are compressed fir
 every V tile 2:4, every K tile 2:4 or none), on wgmma.sp (``gpu.prefill_compressed_attention``, which reads 2:4 keys
 pruned and stored dense), with and without the compression's time.
 
-TileLang rows: one sequence of ``--tokens`` tokens prefilled in one chunk (prefix_len = 0). Shapes
-everywhere: Llama-3.1-8B attention (32 query heads, 8 KV heads, d 128, bf16), causal. Ours: the chunk's own full tiles
-compressed first (``chunk_blocks.compress_chunk``, magnitude 2:4 via the fused compressor) at the
-given S_K / S_V (S = 0: every tile dense, straight from k/v). Effective TFLOP/s counts the dense
-causal work for every row: 4 * T^2 / 2 * H_q * D (two GEMMs, 2 FLOP per multiply-add, half the
-score matrix), whatever the kernel skips. ``--prebuild`` compiles every kernel the GPU tests and
-this benchmark use, in parallel processes (TileLang's disk cache then serves them).
+Shapes everywhere: Llama-3.1-8B attention (32 query heads, 8 KV heads, d 128, bf16), causal. Effective TFLOP/s
+counts the dense causal work for every row: 4 * T^2 / 2 * H_q * D (two GEMMs, 2 FLOP per multiply-add, half the
+score matrix), whatever the kernel skips.
 ``--question N``: then N query tokens after the whole sequence as a cached prefix, the prefix split
 among programs (``prefill_splits``) vs not, and cuDNN on the same keys. ``--densify-chunks``: where
 copying a prefix dense first pays (``gpu.prefill_densify``, ``gpu.prefix_copy_pays``). ``--cuda-prefix-chunks``: where the prefix's 2:4
@@ -29,12 +24,8 @@ blocks on the CUDA kernel pay (``gpu.cuda_prefix_pays``) and at which split coun
 """
 
 import argparse
-import importlib.util
 import math
-import os
 import sys
-import time
-from concurrent.futures import ProcessPoolExecutor
 
 import torch
 
@@ -51,70 +42,9 @@ def flops(t: int, h_q: int = H_Q, d: int = D) -> float:
     return 4.0 * t * t / 2 * h_q * d
 
 
-def _modes_prefix(prefix_len, p):
-    if prefix_len < 1:
-        return "dense"
-    return "dense" if p == 0 else ("sparse" if p == 1 else "mixed")
-
-
-def _modes_chunk(t, s):
-    nf, nbc = t // 64, max(1, -(-t // 64))
-    if s is None or nf == 0 or round(s * nf) == 0:
-        return "dense"
-    return "sparse" if (round(s * nf) == nf and nf == nbc) else "mixed"
-
-
-def kernel_configs(variants) -> list[tuple]:
-    """get_kernel argument tuples of the GPU tests (their CASES) and of this benchmark."""
-    from hs_kernels import tl_prefill as P
-
-    path = os.path.join(os.path.dirname(__file__), "..", "..", "tests", "test_kernels_gpu_prefill.py")
-    cfgs = set()
-    if os.path.exists(path):
-        if os.path.dirname(path) not in sys.path:  # the test module imports its kv_cases helper
-            sys.path.insert(0, os.path.dirname(path))
-        spec = importlib.util.spec_from_file_location("_prefill_cases", path)
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-        for h_q, h_kv, d, dtype, t, pl, p_k, p_v, chunk_s, knobs in mod.CASES:
-            cs = chunk_s or (None, None)
-            ck, cv = _modes_chunk(t, cs[0]), _modes_chunk(t, cs[1])
-            cfgs.add((h_q, h_kv, d, P._DTYPES[dtype], _modes_prefix(pl, p_k), _modes_prefix(pl, p_v), ck, cv,
-                      *P.tile(ck, cv, knobs.get("rows"), knobs.get("threads")), P.STAGES,
-                      knobs.get("p_major", P.P_MAJOR), knobs.get("softmax", P.SOFTMAX)))
-        cfgs.add((32, 8, 128, "bfloat16", "mixed", "mixed", "dense", "dense", P.ROWS, P.THREADS, P.STAGES, P.P_MAJOR,
-                  P.SOFTMAX))
-    for rows, p_major, threads, softmax in variants:
-        for sk, sv in BENCH_S:
-            cfgs.add((H_Q, H_KV, D, "bfloat16", "dense", "dense", _modes_chunk(32768, sk), _modes_chunk(32768, sv),
-                      rows, threads, P.STAGES, p_major, softmax))
-    return sorted(cfgs)
-
-
-def _build(cfg):
-    t = time.time()
-    from hs_kernels import tl_prefill as P
-    try:
-        P.get_kernel(*cfg)
-        return f"built {cfg} {time.time() - t:.0f}s"
-    except Exception as e:  # reported, the run goes on (the tests then show the failure)
-        return f"FAILED {cfg}: {type(e).__name__}: {str(e)[-1500:]}"
-
-
-def prebuild(variants, workers: int) -> None:
-    cfgs = kernel_configs(variants)
-    print(f"prebuilding {len(cfgs)} kernels with {workers} processes", flush=True)
-    import multiprocessing as mp
-    with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as ex:
-        for line in ex.map(_build, cfgs):
-            print(line, flush=True)
-
-
-def bench(tokens: int, variants, chunk: int, triton_configs, tilelang: bool) -> list[tuple]:
+def bench(tokens: int, chunk: int, triton_configs) -> list[tuple]:
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.nn.functional import scaled_dot_product_attention as sdpa
-
-    from hs_kernels.pool import BlockPool
 
     torch.manual_seed(0)
     dev = "cuda"
@@ -150,38 +80,6 @@ def bench(tokens: int, variants, chunk: int, triton_configs, tilelang: bool) -> 
 
     bench_triton(q, k, v, chunk, triton_configs, add, ref_out)
     bench_cuda(q, k, v, chunk, add)
-    if not tilelang:
-        return rows
-    from hs_kernels import tl_prefill as P
-
-    k_pool = BlockPool.allocate("k", D, 0, 0, torch.bfloat16, dev)
-    v_pool = BlockPool.allocate("v", D, 0, 0, torch.bfloat16, dev)
-    idx = torch.zeros((H_KV, 1), dtype=torch.int32, device=dev)
-    for rows_n, p_major, threads, softmax in variants:
-        tag = f"[{rows_n} rows, {threads} thr, P^T {p_major}, softmax {softmax}]"
-        for sk, sv in BENCH_S:
-            compressed = None if (sk, sv) == (0, 0) else compress_chunk(k, v, sk, sv)
-            run = lambda: P.prefill_blocks(q, k, v, k_pool, v_pool, idx, idx, 0, chunk=compressed,  # noqa: E731
-                                           modes=("dense", "dense"), rows=rows_n, p_major=p_major,
-                                           threads=threads, softmax=softmax)
-            try:
-                out, _ = run()
-                note = ""
-                if (sk, sv) == (0, 0):
-                    err = rel_err(out, ref_out)
-                    note = f"rel.err vs cuDNN {err:.1e}"
-                ms = timeit(run)
-                add(f"ours S_K={sk} S_V={sv} {tag}", ms, note)
-            except Exception as e:
-                print(f"  ours S_K={sk} S_V={sv} {tag}: FAILED {type(e).__name__}: {str(e)[-500:]}", flush=True)
-            del compressed
-    # compression of the chunk's K and V (both operands, every full tile), for the cost ratio
-    from hs_kernels import gpu
-    blocks = k[: t // 64 * 64].view(t // 64, 64, H_KV, D).permute(2, 0, 1, 3).reshape(-1, 64, D).contiguous()
-    ms_c = timeit(lambda: (gpu.compress_magnitude(blocks, "k"), gpu.compress_magnitude(blocks, "v")))
-    ms_cc = timeit(lambda: compress_chunk(k, v, 1, 1))
-    print(f"  compression K+V (fused kernel only) {ms_c:.3f} ms; compress_chunk(1, 1) incl. gather/argsort {ms_cc:.3f} ms",
-          flush=True)
     return rows
 
 
@@ -414,11 +312,8 @@ def bench_cuda_prefix(prefixes, lengths, splits=()) -> None:
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--tokens", type=int, default=32768)
-    ap.add_argument("--variants", default="128:k:256:column,128:mn:256:column,128:mn:256:warp,64:k:128:column,128:k:128:column",
-                    help="rows:p_major:threads:softmax list (p_major mn or k; softmax column or warp)")
     ap.add_argument("--chunk", type=int, default=8192, help="Triton rows: chunked-prefill chunk (a multiple of 64)")
     ap.add_argument("--triton-configs", default="128:8:3,128:8:2,64:4:3", help="block_m:num_warps:num_stages[:chunk_n[:heads]] list (heads per tile: default the widest)")
-    ap.add_argument("--no-tilelang", action="store_true", help="skip the TileLang rows (and compression)")
     ap.add_argument("--question", type=int, default=64, help="also time a question of this many tokens after a "
                     "--tokens prefix (0: skip)")
     ap.add_argument("--densify-chunks", default="", help="also time chunks of these many tokens (a list) after a "
@@ -430,17 +325,11 @@ def main(argv=None):
                     "prefix ends inside a block, e.g. 32778, which the Triton part then attends too)")
     ap.add_argument("--cuda-prefix-splits", default="", help="also time --cuda-prefix-chunks at these split counts of "
                     "the CUDA part (a list)")
-    ap.add_argument("--prebuild", action="store_true")
-    ap.add_argument("--workers", type=int, default=min(16, os.cpu_count() or 1))
     a = ap.parse_args(argv)
-    variants = [(int(r), p, int(th), sm) for r, p, th, sm in (x.split(":") for x in a.variants.split(",") if x)]
-    if a.prebuild:
-        prebuild(variants, a.workers)
-        return
     print(f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}; T={a.tokens} causal, "
           f"{H_Q}/{H_KV} heads, d {D}, bf16; FLOPs = 4*T^2/2*H_q*D = {flops(a.tokens) / 1e12:.2f} T", flush=True)
     configs = [tuple(int(y) for y in x.split(":")) for x in a.triton_configs.split(",") if x]
-    rows = bench(a.tokens, variants, a.chunk, configs, not a.no_tilelang)
+    rows = bench(a.tokens, a.chunk, configs)
     cudnn = next((r[1] for r in rows if r[0].startswith("cuDNN")), math.nan)
     print("\n| kernel | ms | eff. TFLOP/s | vs cuDNN | of 790 dense | note |\n|---|---|---|---|---|---|")
     for name, ms, tf, note in rows:
