@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 
+from .chunked_prefill import prefill_chunk
 from .settings import CONSERVATIVE, RESERVE_REQUESTS, HSConfigError, HSSettings, resolve
 
 logger = logging.getLogger("sglang_hs")
@@ -36,15 +37,9 @@ def settings_for(server_args, tp_size: int = 1, tp_rank: int = 0) -> HSSettings:
         # next batch is formed: two chunks' blocks can be dense at once
         chunks_in_flight = 1 if server_args.disable_overlap_schedule else 2
         _settings = resolve(server_args.model_path, page_size=server_args.page_size, tp_size=tp_size, tp_rank=tp_rank,
-                            chunk_tokens=chunks_in_flight * (_prefill_chunk(server_args) or server_args.context_length),
+                            chunk_tokens=chunks_in_flight * (prefill_chunk(server_args) or server_args.context_length),
                             running_requests=server_args.max_running_requests)
     return _settings
-
-
-def _prefill_chunk(server_args) -> int | None:
-    """SGLang's prefill chunk in tokens; None when chunked prefill is off."""
-    chunk = server_args.chunked_prefill_size
-    return chunk if chunk and chunk > 0 else None
 
 
 def _active(server_args) -> bool:
@@ -147,7 +142,7 @@ def _build_pool(original, self, *, sizes, **kwargs):
         start_layer=self.layer_info.start_layer,
         end_layer=self.layer_info.end_layer,
     )
-    warning = pool.chunk_warning(min(_prefill_chunk(self.server_args) or 1 << 62, sizes.max_total_num_tokens,
+    warning = pool.chunk_warning(min(prefill_chunk(self.server_args) or 1 << 62, sizes.max_total_num_tokens,
                                      self.model_config.context_len))
     if warning:
         logger.warning("hs: %s", warning)

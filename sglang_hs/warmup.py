@@ -15,6 +15,8 @@ import logging
 
 import numpy as np
 
+from .chunked_prefill import prefill_chunk
+
 logger = logging.getLogger("sglang_hs")
 
 NAME = "hs_prefill"
@@ -32,12 +34,10 @@ def prompt_tokens(chunk: int | None, limit: int, question: int = QUESTION_TOKENS
 async def hs_prefill(disaggregation_mode: str, tokenizer_manager) -> None:
     from sglang.srt.managers.io_struct import GenerateReqInput
 
-    from .plugin import _prefill_chunk
-
     if disaggregation_mode != "null":
         logger.info("hs: %s warm-up skipped under disaggregation", NAME)
         return
-    chunk = _prefill_chunk(tokenizer_manager.server_args)
+    chunk = prefill_chunk(tokenizer_manager.server_args)
     rng = np.random.default_rng(0)
     vocab = tokenizer_manager.model_config.vocab_size
     limit = min(tokenizer_manager.context_len, tokenizer_manager.max_req_input_len or tokenizer_manager.context_len)
