@@ -25,7 +25,7 @@ from .settings import DENSE, WIDE, checkpoint_facts, custom, dense_bytes_per_tok
 SPARSITY_RUNGS = (("v24", {"prefill_sv": 1.0, "decode_sv": 1.0}),
                   ("kv24", {"prefill_sk": 1.0, "prefill_sv": 1.0, "decode_sk": 1.0, "decode_sv": 1.0}))
 STREAMING = (25, 50, 75)  # percent of groups streaming, in the order tried
-SCOPES = ("model", "layer")
+SCOPE_ORDER = ("model", "layer")  # hs_prep.layout.SCOPES, in the order the ladder tries them
 LENGTHS = (1024, 4096, 8192, 16384, 32768)
 
 
@@ -105,7 +105,7 @@ def climb(ladder: Ladder) -> dict:
             break
         sparse = hs
     streaming = None
-    for scope in SCOPES:
+    for scope in SCOPE_ORDER:
         for pct in STREAMING:
             base = {"retrieval_ratio": 1 - pct / 100, "retrieval_scope": scope}
             if ladder.rung(f"s{pct}-{scope}", base):

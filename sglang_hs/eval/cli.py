@@ -195,6 +195,17 @@ def _with_kv(rows, facts, hs, sink=128, window=256):
     return rows
 
 
+def _block(setting, ckpt, facts: dict, rows: list[dict], t0: float, info: dict | None = None) -> dict:
+    """One setting's entry of results.json: what ran, on what, and its rows with their KV bytes."""
+    from .settings import dense_bytes_per_token
+
+    block = {"setting": setting.to_json(), "checkpoint": str(ckpt), "facts": facts, "seconds": round(time.time() - t0, 1),
+             "dense_bytes_per_token": dense_bytes_per_token(facts), "rows": _with_kv(rows, facts, setting.hs)}
+    if info is not None:
+        block["server"] = info
+    return block
+
+
 def cmd_run(args) -> int:
     from .report import write_outputs
     from .runner import EngineClient, HTTPClient, Server
@@ -280,9 +291,7 @@ def cmd_run(args) -> int:
                 client.check()
                 rows = run_samples_logged(client, builder, samples, args.mode, log, setting.name)
                 info = client.server_info()
-        results["settings"].append({"setting": setting.to_json(), "checkpoint": str(ckpt), "facts": facts, "server": info,
-                                    "seconds": round(time.time() - t0, 1), "dense_bytes_per_token": dense_bytes_per_token(facts),
-                                    "rows": _with_kv(rows, facts, setting.hs)})
+        results["settings"].append(_block(setting, ckpt, facts, rows, t0, info))
         write_outputs(results, out)  # after every setting: partial results survive an interruption
     log(f"wrote {out}/results.md, results.json, accuracy_vs_kv.png")
     return 0
@@ -322,7 +331,7 @@ def cmd_report(args) -> int:
 def cmd_calibrate(args) -> int:
     from .calibrate import Ladder, climb, markdown, setting_of, supported_lengths, write_calibration
     from .report import write_outputs
-    from .settings import checkpoint_facts, dense_bytes_per_token
+    from .settings import checkpoint_facts
     from .simulate import SimulatedClient, Simulator
     from .tasks import fingerprint
 
@@ -345,9 +354,7 @@ def cmd_calibrate(args) -> int:
         t0 = time.time()
         rows = run_samples_logged(SimulatedClient(sim, setting.hs), builder, samples, "cold", log, setting.name)
         facts = checkpoint_facts(ckpt, setting.hs)
-        results["settings"].append({"setting": setting.to_json(), "checkpoint": str(ckpt), "facts": facts,
-                                    "seconds": round(time.time() - t0, 1), "dense_bytes_per_token": dense_bytes_per_token(facts),
-                                    "rows": _with_kv(rows, facts, setting.hs)})
+        results["settings"].append(_block(setting, ckpt, facts, rows, t0))
         write_outputs(results, out)
         return rows
 

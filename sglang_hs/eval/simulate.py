@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from hs_kernels import BLOCK_SIZE, SparsityConfig
-from hs_kernels.pruner import block_loss, element_mask, eligible_range, select_sparse_blocks
+from hs_kernels.pruner import block_loss, element_mask, eligible_range, loss_free_selection, select_sparse_blocks
 
 ATTENTION = "hs_method"
 STREAM_TILE = 256  # queries per tile of the streaming groups' banded prefill
@@ -61,6 +61,10 @@ def sparse_blocks(x: torch.Tensor, keep: torch.Tensor, op: str, lengths: torch.T
         if stop <= first:
             continue
         used = -(-length // BLOCK_SIZE)
+        chosen = loss_free_selection(length, s, cfg.sink_tokens, cfg.window_tokens, x.device)
+        if chosen is not None:  # S = 1: every eligible block, no loss to compute
+            out[row, :, :used] = chosen
+            continue
         blocks = x[row, :, :used * BLOCK_SIZE].reshape(h, used, BLOCK_SIZE, -1)
         loss = block_loss(blocks, keep[row, :, :used * BLOCK_SIZE].reshape(blocks.shape))
         out[row, :, :used] = select_sparse_blocks(loss, length, s, cfg.sink_tokens, cfg.window_tokens)
